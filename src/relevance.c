@@ -1,0 +1,482 @@
+/* Stage 2 public calls: the relevance handle (layers, tau, schedule, token
+ * types, observations), validation, dispatch of the sums to the backend, and
+ * the decision rule. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define DEFAULT_TAU 0.10
+
+struct todre_relevance {
+    int64_t num_layers, batch;
+    double tau;
+    todre_probe_schedule schedule;
+    uint8_t *probe;       /* [L]: listed probe layer */
+    int64_t first_probe;  /* smallest listed probe layer */
+    uint8_t *types;       /* [B, K] or NULL before set_types */
+    int64_t K;
+    int64_t *drop_layer;  /* [B], -1 = none */
+    uint8_t *observed;    /* [B, L] */
+    double *ratios;       /* [B, L, 2] */
+    uint8_t *active;      /* [B] scratch */
+    double *sums;         /* [B, 4] scratch */
+};
+
+static void reset_observations(struct todre_relevance *r)
+{
+    for (int64_t b = 0; b < r->batch; b++) r->drop_layer[b] = -1;
+    memset(r->observed, 0, (size_t)(r->batch * r->num_layers));
+}
+
+todre_status todre_relevance_create(int64_t num_layers, int64_t batch, todre_relevance **out)
+{
+    todre_clear_error(NULL);
+    if (!out) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
+    *out = NULL;
+    if (num_layers < 1 || num_layers > (1 << 20))
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "num_layers: %lld is outside [1, 2^20]",
+                          (long long)num_layers);
+    if (batch < 1 || batch > (1 << 20))
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "batch: %lld is outside [1, 2^20]",
+                          (long long)batch);
+    struct todre_relevance *r = calloc(1, sizeof *r);
+    if (!r) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "relevance: out of memory");
+    size_t bl = (size_t)(batch * num_layers);
+    r->num_layers = num_layers;
+    r->batch = batch;
+    r->tau = DEFAULT_TAU;
+    r->schedule = TODRE_PROBE_LIST;
+    r->probe = calloc((size_t)num_layers, 1);
+    r->drop_layer = malloc((size_t)batch * sizeof *r->drop_layer);
+    r->observed = calloc(bl, 1);
+    r->ratios = calloc(bl * 2, sizeof *r->ratios);
+    r->active = calloc((size_t)batch, 1);
+    r->sums = calloc((size_t)batch * TODRE_NUM_SUMS, sizeof *r->sums);
+    if (!r->probe || !r->drop_layer || !r->observed || !r->ratios || !r->active || !r->sums) {
+        todre_relevance_destroy(r);
+        return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "relevance: out of memory");
+    }
+    r->first_probe = 7 * num_layers / 8; /* the paper's 7L/8, 0-based */
+    r->probe[r->first_probe] = 1;
+    reset_observations(r);
+    *out = r;
+    return TODRE_OK;
+}
+
+void todre_relevance_destroy(todre_relevance *r)
+{
+    if (!r) return;
+    free(r->probe);
+    free(r->types);
+    free(r->drop_layer);
+    free(r->observed);
+    free(r->ratios);
+    free(r->active);
+    free(r->sums);
+    free(r);
+}
+
+todre_status todre_relevance_set_tau(todre_relevance *r, double tau)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (!(tau >= 0.0 && tau <= 1.0))
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "tau: %g is outside [0, 1]", tau);
+    r->tau = tau;
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_get_tau(const todre_relevance *r, double *tau)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (!tau) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "tau: NULL");
+    *tau = r->tau;
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_set_probe_layers(todre_relevance *r, const int64_t *layers,
+                                              int64_t count)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (!layers) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layers: NULL");
+    if (count < 1) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "count: %lld, need >= 1",
+                                     (long long)count);
+    for (int64_t i = 0; i < count; i++)
+        if (layers[i] < 0 || layers[i] >= r->num_layers)
+            return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                              "layers[%lld]: %lld is outside [0, %lld)", (long long)i,
+                              (long long)layers[i], (long long)r->num_layers);
+    memset(r->probe, 0, (size_t)r->num_layers);
+    r->first_probe = r->num_layers;
+    for (int64_t i = 0; i < count; i++) {
+        r->probe[layers[i]] = 1;
+        if (layers[i] < r->first_probe) r->first_probe = layers[i];
+    }
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_set_schedule(todre_relevance *r, todre_probe_schedule schedule)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (schedule != TODRE_PROBE_LIST && schedule != TODRE_PROBE_UNTIL_DROP)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "schedule: unknown value %d",
+                          (int)schedule);
+    r->schedule = schedule;
+    return TODRE_OK;
+}
+
+/* The schedule, for one sequence: 1 probe, 0 not a probe, -1 already dropped. */
+static int probe_state(const struct todre_relevance *r, int64_t seq, int64_t layer)
+{
+    if (r->drop_layer[seq] >= 0) return -1;
+    if (r->schedule == TODRE_PROBE_UNTIL_DROP) return layer >= r->first_probe;
+    return r->probe[layer];
+}
+
+static todre_status check_seq_layer(const struct todre_relevance *r, int64_t seq, int64_t layer)
+{
+    if (seq < 0 || seq >= r->batch)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "seq: %lld is outside [0, %lld)",
+                          (long long)seq, (long long)r->batch);
+    if (layer < 0 || layer >= r->num_layers)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layer: %lld is outside [0, %lld)",
+                          (long long)layer, (long long)r->num_layers);
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_is_probe(const todre_relevance *r, int64_t seq, int64_t layer,
+                                      int *is_probe)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (!is_probe) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "is_probe: NULL");
+    todre_status st = check_seq_layer(r, seq, layer);
+    if (st != TODRE_OK) return st;
+    *is_probe = probe_state(r, seq, layer) == 1;
+    return TODRE_OK;
+}
+
+static todre_status install_types(struct todre_relevance *r, uint8_t *types, int64_t K)
+{
+    free(r->types);
+    r->types = types;
+    r->K = K;
+    reset_observations(r);
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_set_types(todre_relevance *r, const todre_tensor *t)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    todre_status st = todre_check_tensor(NULL, t, "types", TODRE_DT(TODRE_DTYPE_U8),
+                                         TODRE_DEVICE_HOST, 0);
+    if (st != TODRE_OK) return st;
+    int per_seq = t->rank == 2;
+    if (!(t->rank == 1 || (per_seq && t->shape[0] == r->batch)))
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                          "types: shape must be [K] or [batch = %lld, K]", (long long)r->batch);
+    int64_t K = t->shape[t->rank - 1];
+    if (K < 1) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "types: K = 0 positions");
+    uint8_t *copy = malloc((size_t)(r->batch * K));
+    if (!copy) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "types: out of memory");
+    const uint8_t *src = t->data;
+    int64_t sk = t->strides[t->rank - 1], sb = per_seq ? t->strides[0] : 0;
+    for (int64_t b = 0; b < r->batch; b++)
+        for (int64_t j = 0; j < K; j++) {
+            uint8_t v = src[b * sb + j * sk];
+            if (v > TODRE_TOKEN_TEXT) {
+                free(copy);
+                return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                                  "types: value %u at position %lld (0 system, 1 visual, 2 text)",
+                                  (unsigned)v, (long long)j);
+            }
+            copy[b * K + j] = v;
+        }
+    return install_types(r, copy, K);
+}
+
+todre_status todre_relevance_set_layout(todre_relevance *r, int64_t n_system, int64_t n_visual,
+                                        int64_t n_text)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (n_system < 0 || n_visual < 0 || n_text < 0)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "%s: negative count",
+                          n_system < 0 ? "n_system" : n_visual < 0 ? "n_visual" : "n_text");
+    if (n_system > INT32_MAX || n_visual > INT32_MAX || n_text > INT32_MAX)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layout: count above 2^31");
+    int64_t K = n_system + n_visual + n_text;
+    if (K < 1) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layout: K = 0 positions");
+    uint8_t *copy = malloc((size_t)(r->batch * K));
+    if (!copy) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "layout: out of memory");
+    for (int64_t b = 0; b < r->batch; b++) {
+        uint8_t *row = copy + b * K;
+        memset(row, TODRE_TOKEN_SYSTEM, (size_t)n_system);
+        memset(row + n_system, TODRE_TOKEN_VISUAL, (size_t)n_visual);
+        memset(row + n_system + n_visual, TODRE_TOKEN_TEXT, (size_t)n_text);
+    }
+    return install_types(r, copy, K);
+}
+
+todre_status todre_relevance_reset(todre_relevance *r)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    reset_observations(r);
+    return TODRE_OK;
+}
+
+/* Common front half of both observe calls: handle checks and which
+ * sequences the layer probes. Returns the number of active sequences. */
+static todre_status begin_observe(struct todre_context *ctx, struct todre_relevance *r,
+                                  int64_t layer, int64_t *n_active)
+{
+    if (!r) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (layer < 0 || layer >= r->num_layers)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "layer: %lld is outside [0, %lld)",
+                          (long long)layer, (long long)r->num_layers);
+    if (!r->types)
+        return todre_fail(ctx, TODRE_ERR_STATE,
+                          "types: not set (call todre_relevance_set_types or _set_layout first)");
+    *n_active = 0;
+    for (int64_t b = 0; b < r->batch; b++) {
+        r->active[b] = probe_state(r, b, layer) == 1;
+        *n_active += r->active[b];
+    }
+    memset(r->sums, 0, (size_t)r->batch * TODRE_NUM_SUMS * sizeof *r->sums);
+    return TODRE_OK;
+}
+
+/* Batch dimension of a rank-3 (batch 1) or rank-4 tensor. */
+static todre_status check_batched(struct todre_context *ctx, const struct todre_relevance *r,
+                                  const struct todre_tensor *t, const char *name, const char *dims)
+{
+    if (t->rank == 3) {
+        if (r->batch != 1)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "%s: rank 3 needs batch 1; this handle has batch %lld (use [B, %s])",
+                              name, (long long)r->batch, dims);
+        return TODRE_OK;
+    }
+    if (t->rank == 4) {
+        if (t->shape[0] != r->batch)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: batch %lld, handle has %lld",
+                              name, (long long)t->shape[0], (long long)r->batch);
+        return TODRE_OK;
+    }
+    return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: rank %d, expected [%s] or [B, %s]",
+                      name, t->rank, dims, dims);
+}
+
+/* Back half: ratios, decisions, stored observations. */
+static void finish_observe(struct todre_relevance *r, int64_t layer, todre_decision *decisions)
+{
+    for (int64_t b = 0; b < r->batch; b++) {
+        todre_decision d;
+        if (!r->active[b]) {
+            d = r->drop_layer[b] >= 0 ? TODRE_DECISION_ALREADY_DROPPED : TODRE_DECISION_NOT_PROBED;
+        } else {
+            const double *s = r->sums + b * TODRE_NUM_SUMS;
+            double t2v = s[TODRE_SUM_T2V_DEN] > 0 ? s[TODRE_SUM_T2V_NUM] / s[TODRE_SUM_T2V_DEN] : 0;
+            double v2t = s[TODRE_SUM_V2T_DEN] > 0 ? s[TODRE_SUM_V2T_NUM] / s[TODRE_SUM_V2T_DEN] : 0;
+            size_t at = (size_t)(b * r->num_layers + layer);
+            r->ratios[2 * at] = t2v;
+            r->ratios[2 * at + 1] = v2t;
+            r->observed[at] = 1;
+            if (t2v < r->tau && v2t < r->tau) {
+                r->drop_layer[b] = layer;
+                d = TODRE_DECISION_DROP;
+            } else {
+                d = TODRE_DECISION_KEEP;
+            }
+        }
+        if (decisions) decisions[b] = d;
+    }
+}
+
+static void fill_common(struct todre_relevance *r, int64_t H, int64_t Q,
+                        struct todre_relevance_common *c)
+{
+    c->B = r->batch;
+    c->H = H;
+    c->Q = Q;
+    c->K = r->K;
+    c->types = r->types;
+    c->active = r->active;
+    c->sums = r->sums;
+}
+
+static todre_status run_backend(struct todre_context *ctx, todre_status st, const char *msg)
+{
+    return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "relevance", msg);
+}
+
+todre_status todre_relevance_observe_probs(todre_context *ctx, todre_relevance *r, int64_t layer,
+                                           const todre_tensor *attn, todre_decision *decisions)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    int64_t n_active;
+    todre_status st = begin_observe(ctx, r, layer, &n_active);
+    if (st != TODRE_OK) return st;
+    st = todre_check_tensor(ctx, attn, "attn", TODRE_DT_FLOAT, ctx->be->device_type,
+                            ctx->be->device);
+    if (st != TODRE_OK) return st;
+    if ((st = check_batched(ctx, r, attn, "attn", "H, Q, K")) != TODRE_OK) return st;
+    int o = attn->rank - 3;
+    int64_t H = attn->shape[o], Q = attn->shape[o + 1], K = attn->shape[o + 2];
+    if (K != r->K)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "attn: K = %lld keys but the token types cover %lld positions",
+                          (long long)K, (long long)r->K);
+    if (H < 1 || Q < 1 || Q > K)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "attn: shape [H = %lld, Q = %lld, K = %lld] needs H >= 1, 1 <= Q <= K",
+                          (long long)H, (long long)Q, (long long)K);
+    if (n_active > 0) {
+        struct todre_relevance_probs_job job;
+        memset(&job, 0, sizeof job);
+        fill_common(r, H, Q, &job.c);
+        job.attn = attn->data;
+        job.dtype = attn->dtype;
+        job.s_b = o ? attn->strides[0] : 0;
+        job.s_h = attn->strides[o];
+        job.s_q = attn->strides[o + 1];
+        job.s_k = attn->strides[o + 2];
+        char msg[TODRE_MSG_CAP] = "";
+        struct todre_diag diag = {msg, sizeof msg};
+        st = run_backend(ctx, ctx->be->ops->relevance_probs(ctx->be, &job, &diag), msg);
+        if (st != TODRE_OK) return st;
+    }
+    finish_observe(r, layer, decisions);
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, int64_t layer,
+                                        const todre_tensor *q, const todre_tensor *k,
+                                        double scale, todre_decision *decisions)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    int64_t n_active;
+    todre_status st = begin_observe(ctx, r, layer, &n_active);
+    if (st != TODRE_OK) return st;
+    if ((st = todre_check_tensor(ctx, q, "q", TODRE_DT_FLOAT, ctx->be->device_type,
+                                 ctx->be->device)) != TODRE_OK ||
+        (st = todre_check_tensor(ctx, k, "k", TODRE_DT_FLOAT, ctx->be->device_type,
+                                 ctx->be->device)) != TODRE_OK)
+        return st;
+    if ((st = check_batched(ctx, r, q, "q", "H, Q, dh")) != TODRE_OK ||
+        (st = check_batched(ctx, r, k, "k", "H_kv, K, dh")) != TODRE_OK)
+        return st;
+    if (q->rank != k->rank)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "k: rank %d differs from q's rank %d",
+                          k->rank, q->rank);
+    if (q->dtype != k->dtype)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "k: dtype %s differs from q's %s",
+                          todre_dtype_name(k->dtype), todre_dtype_name(q->dtype));
+    int o = q->rank - 3;
+    int64_t H = q->shape[o], Q = q->shape[o + 1], dh = q->shape[o + 2];
+    int64_t Hkv = k->shape[o], K = k->shape[o + 1];
+    if (k->shape[o + 2] != dh)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "k: head dim %lld differs from q's %lld",
+                          (long long)k->shape[o + 2], (long long)dh);
+    if (H < 1 || dh < 1 || Hkv < 1 || H % Hkv != 0)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "q: %lld query heads is not a positive multiple of k's %lld key heads",
+                          (long long)H, (long long)Hkv);
+    if (K != r->K)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "k: K = %lld keys but the token types cover %lld positions",
+                          (long long)K, (long long)r->K);
+    if (Q < 1 || Q > K)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "q: Q = %lld queries, need 1 <= Q <= K = %lld",
+                          (long long)Q, (long long)K);
+    if (scale == 0.0) scale = 1.0 / sqrt((double)dh);
+    if (!(scale > 0.0) || !isfinite(scale))
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "scale: %g, must be > 0 and finite (or 0)",
+                          scale);
+    if (n_active > 0) {
+        struct todre_relevance_qk_job job;
+        memset(&job, 0, sizeof job);
+        fill_common(r, H, Q, &job.c);
+        job.H_kv = Hkv;
+        job.dh = dh;
+        job.q = q->data;
+        job.k = k->data;
+        job.dtype = q->dtype;
+        job.qs_b = o ? q->strides[0] : 0;
+        job.qs_h = q->strides[o];
+        job.qs_q = q->strides[o + 1];
+        job.qs_d = q->strides[o + 2];
+        job.ks_b = o ? k->strides[0] : 0;
+        job.ks_h = k->strides[o];
+        job.ks_k = k->strides[o + 1];
+        job.ks_d = k->strides[o + 2];
+        job.scale = scale;
+        char msg[TODRE_MSG_CAP] = "";
+        struct todre_diag diag = {msg, sizeof msg};
+        st = run_backend(ctx, ctx->be->ops->relevance_qk(ctx->be, &job, &diag), msg);
+        if (st != TODRE_OK) return st;
+    }
+    finish_observe(r, layer, decisions);
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_ratios(const todre_relevance *r, int64_t seq, int64_t layer,
+                                    double *alpha_t2v, double *alpha_v2t)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    todre_status st = check_seq_layer(r, seq, layer);
+    if (st != TODRE_OK) return st;
+    size_t at = (size_t)(seq * r->num_layers + layer);
+    if (!r->observed[at])
+        return todre_fail(NULL, TODRE_ERR_STATE, "layer: %lld was not probed for sequence %lld",
+                          (long long)layer, (long long)seq);
+    if (alpha_t2v) *alpha_t2v = r->ratios[2 * at];
+    if (alpha_v2t) *alpha_v2t = r->ratios[2 * at + 1];
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_drop_layer(const todre_relevance *r, int64_t seq, int64_t *layer)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (!layer) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layer: NULL");
+    todre_status st = check_seq_layer(r, seq, 0);
+    if (st != TODRE_OK) return st;
+    *layer = r->drop_layer[seq];
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_keep_positions(const todre_relevance *r, int64_t seq, int64_t *out,
+                                            int64_t capacity, int64_t *count)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (!count) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "count: NULL");
+    todre_status st = check_seq_layer(r, seq, 0);
+    if (st != TODRE_OK) return st;
+    if (!r->types)
+        return todre_fail(NULL, TODRE_ERR_STATE,
+                          "types: not set (call todre_relevance_set_types or _set_layout first)");
+    const uint8_t *t = r->types + seq * r->K;
+    int64_t n = 0;
+    for (int64_t j = 0; j < r->K; j++) n += t[j] != TODRE_TOKEN_VISUAL;
+    *count = n;
+    if (!out) return TODRE_OK;
+    if (capacity < n)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "capacity: %lld, need %lld",
+                          (long long)capacity, (long long)n);
+    int64_t w = 0;
+    for (int64_t j = 0; j < r->K; j++)
+        if (t[j] != TODRE_TOKEN_VISUAL) out[w++] = j;
+    return TODRE_OK;
+}

@@ -1,0 +1,266 @@
+/* Stage 1 public calls: validation (once, here), job building, dispatch. */
+#include <string.h>
+
+#include "core.h"
+
+/* Embeddings [N, d]: float, on the context's device, inner stride 1. */
+static todre_status check_embeddings(struct todre_context *ctx, const struct todre_tensor *e)
+{
+    todre_status st = todre_check_tensor(ctx, e, "embeddings", TODRE_DT_FLOAT,
+                                         ctx->be->device_type, ctx->be->device);
+    if (st != TODRE_OK) return st;
+    if (e->rank != 2)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "embeddings: rank %d, expected 2 ([n, d])", e->rank);
+    if (e->shape[0] < 1)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "embeddings: n = 0 tokens (empty input)");
+    if (e->shape[1] < 1)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "embeddings: d = 0 (empty rows)");
+    if (e->shape[1] > 1 && e->strides[1] != 1)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "embeddings: inner stride %lld, must be 1", (long long)e->strides[1]);
+    if (e->shape[0] > 1 && e->strides[0] < e->shape[1])
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "embeddings: row stride %lld is smaller than d = %lld (rows overlap)",
+                          (long long)e->strides[0], (long long)e->shape[1]);
+    return TODRE_OK;
+}
+
+/* CLS map [n] or [frames, tokens] (batch: [N] only). Fills the job's view. */
+static todre_status check_cls(struct todre_context *ctx, const struct todre_tensor *c, int64_t n,
+                              int allow_video, struct todre_select_job *job)
+{
+    todre_status st = todre_check_tensor(ctx, c, "cls", TODRE_DT_FLOAT, ctx->be->device_type,
+                                         ctx->be->device);
+    if (st != TODRE_OK) return st;
+    if (c->rank == 1) {
+        if (c->shape[0] != n)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "cls: %lld values for %lld tokens", (long long)c->shape[0],
+                              (long long)n);
+        job->cls_inner = n;
+        job->cls_outer_stride = 0;
+        job->cls_inner_stride = c->strides[0];
+    } else if (c->rank == 2 && allow_video) {
+        if (c->shape[1] < 1 || c->shape[0] * c->shape[1] != n)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "cls: [%lld, %lld] frames x tokens does not cover %lld tokens",
+                              (long long)c->shape[0], (long long)c->shape[1], (long long)n);
+        job->cls_inner = c->shape[1];
+        job->cls_outer_stride = c->strides[0];
+        job->cls_inner_stride = c->strides[1];
+    } else {
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "cls: rank %d, expected %s", c->rank,
+                          allow_video ? "1 ([n]) or 2 ([frames, tokens])" : "1 ([N])");
+    }
+    job->cls = c->data;
+    job->cls_dtype = c->dtype;
+    return TODRE_OK;
+}
+
+/* Objective, pivot (AUTO resolved) and seed from the configuration. */
+static todre_status resolve_method(struct todre_context *ctx, const struct todre_select_config *cfg,
+                                   int have_cls, struct todre_select_job *job)
+{
+    job->objective = cfg->objective;
+    job->seed = (uint64_t)cfg->seed;
+    job->pivot_lo = cfg->pivot_lo;
+    job->pivot_hi = cfg->pivot_hi;
+    if (cfg->objective == TODRE_OBJECTIVE_CLS_TOPK) {
+        if (!have_cls)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "cls: NULL, but objective CLS_TOPK needs a CLS attention map");
+        job->pivot = TODRE_PIVOT_CLS;
+        return TODRE_OK;
+    }
+    todre_pivot p = cfg->pivot;
+    if (p == TODRE_PIVOT_AUTO) {
+        if (cfg->objective == TODRE_OBJECTIVE_MAX_MIN) p = TODRE_PIVOT_ISOLATED;
+        else p = have_cls ? TODRE_PIVOT_CLS : TODRE_PIVOT_CENTER;
+    }
+    if (p == TODRE_PIVOT_CLS && !have_cls)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "cls: NULL, but the CLS pivot needs a CLS attention map");
+    job->pivot = p;
+    return TODRE_OK;
+}
+
+static todre_status check_pivot_range(struct todre_context *ctx,
+                                      const struct todre_select_config *cfg, int64_t n,
+                                      int64_t set)
+{
+    if (cfg->objective == TODRE_OBJECTIVE_CLS_TOPK) return TODRE_OK; /* range unused */
+    int64_t hi = cfg->pivot_hi < 0 ? n : cfg->pivot_hi;
+    if (cfg->pivot_lo >= hi || hi > n) {
+        if (set < 0)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "pivot_range: [%lld, %lld) does not fit the %lld tokens",
+                              (long long)cfg->pivot_lo, (long long)hi, (long long)n);
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "pivot_range: [%lld, %lld) does not fit the %lld tokens of set %lld",
+                          (long long)cfg->pivot_lo, (long long)hi, (long long)n, (long long)set);
+    }
+    return TODRE_OK;
+}
+
+/* Output [K] or [2, K] int64 on the context's device, inner stride 1. */
+static todre_status check_out(struct todre_context *ctx, const struct todre_tensor *out,
+                              todre_order order, int64_t total, struct todre_select_job *job)
+{
+    todre_status st = todre_check_tensor(ctx, out, "out", TODRE_DT(TODRE_DTYPE_I64),
+                                         ctx->be->device_type, ctx->be->device);
+    if (st != TODRE_OK) return st;
+    int both = order == TODRE_ORDER_BOTH;
+    int want_rank = both ? 2 : 1;
+    const int64_t *shape = out->shape;
+    if (out->rank != want_rank || shape[want_rank - 1] != total || (both && shape[0] != 2))
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "out: shape must be %s%lld]%s",
+                          both ? "[2, " : "[", (long long)total,
+                          both ? " for ORDER_BOTH" : " (k indices)");
+    if (total > 1 && out->strides[want_rank - 1] != 1)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "out: inner stride must be 1");
+    if (both && out->strides[0] < total)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "out: rows overlap (row stride < %lld)",
+                          (long long)total);
+    int64_t *base = out->data;
+    job->out_sel = order == TODRE_ORDER_POSITION ? NULL : base;
+    job->out_pos = order == TODRE_ORDER_SELECTION ? NULL : both ? base + out->strides[0] : base;
+    return TODRE_OK;
+}
+
+static todre_status dispatch(struct todre_context *ctx, const struct todre_select_job *job)
+{
+    char msg[TODRE_MSG_CAP] = "";
+    struct todre_diag diag = {msg, sizeof msg};
+    todre_status st = ctx->be->ops->select(ctx->be, job, &diag);
+    return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "select", msg);
+}
+
+todre_status todre_select(todre_context *ctx, const todre_select_config *cfg,
+                          const todre_tensor *embeddings, const todre_tensor *cls,
+                          const todre_tensor *out)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    if (!cfg) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
+    struct todre_select_job job;
+    memset(&job, 0, sizeof job);
+    todre_status st = check_embeddings(ctx, embeddings);
+    if (st != TODRE_OK) return st;
+    int64_t n = embeddings->shape[0];
+    if (cls && (st = check_cls(ctx, cls, n, 1, &job)) != TODRE_OK) return st;
+    if ((st = resolve_method(ctx, cfg, cls != NULL, &job)) != TODRE_OK) return st;
+    if ((st = check_pivot_range(ctx, cfg, n, -1)) != TODRE_OK) return st;
+    int64_t k;
+    if ((st = todre_resolve_keep(ctx, cfg, n, &k)) != TODRE_OK) return st;
+    if ((st = check_out(ctx, out, cfg->order, k, &job)) != TODRE_OK) return st;
+
+    int64_t *tab = todre_ctx_i64(ctx, 5);
+    if (!tab) return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY, "select: out of host memory");
+    tab[0] = 0; tab[1] = n;     /* seg_offsets */
+    tab[2] = k;                 /* seg_k */
+    tab[3] = 0; tab[4] = k;     /* out_offsets */
+    job.emb = embeddings->data;
+    job.emb_dtype = embeddings->dtype;
+    job.d = embeddings->shape[1];
+    job.emb_row_stride = embeddings->strides[0];
+    job.nseg = 1;
+    job.seg_offsets = tab;
+    job.seg_k = tab + 2;
+    job.out_offsets = tab + 3;
+    return dispatch(ctx, &job);
+}
+
+/* Host int64 vector of @p len entries (any stride), copied into dst. */
+static todre_status read_host_i64(struct todre_context *ctx, const struct todre_tensor *t,
+                                  const char *name, int64_t len, int64_t *dst)
+{
+    todre_status st = todre_check_tensor(ctx, t, name, TODRE_DT(TODRE_DTYPE_I64),
+                                         TODRE_DEVICE_HOST, 0);
+    if (st != TODRE_OK) return st;
+    if (t->rank != 1 || t->shape[0] != len)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: shape must be [%lld]", name,
+                          (long long)len);
+    const int64_t *p = t->data;
+    for (int64_t i = 0; i < len; i++) dst[i] = p[i * t->strides[0]];
+    return TODRE_OK;
+}
+
+todre_status todre_select_batch(todre_context *ctx, const todre_select_config *cfg,
+                                const todre_tensor *embeddings, const todre_tensor *cls,
+                                const todre_tensor *offsets, const todre_tensor *keep,
+                                const todre_tensor *out, const todre_tensor *out_offsets)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    if (!cfg) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
+    struct todre_select_job job;
+    memset(&job, 0, sizeof job);
+    todre_status st = check_embeddings(ctx, embeddings);
+    if (st != TODRE_OK) return st;
+    int64_t total_rows = embeddings->shape[0];
+    if (!offsets) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "offsets: NULL");
+    if (offsets->rank != 1 || offsets->shape[0] < 2)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "offsets: shape must be [B + 1] with B >= 1");
+    int64_t nseg = offsets->shape[0] - 1;
+
+    int64_t *tab = todre_ctx_i64(ctx, (size_t)(3 * nseg + 2));
+    if (!tab) return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY, "select_batch: out of host memory");
+    int64_t *seg_off = tab, *seg_k = tab + nseg + 1, *out_off = tab + 2 * nseg + 1;
+    if ((st = read_host_i64(ctx, offsets, "offsets", nseg + 1, seg_off)) != TODRE_OK) return st;
+    if (seg_off[0] != 0)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "offsets: offsets[0] = %lld, must be 0",
+                          (long long)seg_off[0]);
+    for (int64_t b = 0; b < nseg; b++)
+        if (seg_off[b + 1] <= seg_off[b])
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "offsets: set %lld is empty or offsets decrease", (long long)b);
+    if (seg_off[nseg] != total_rows)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "offsets: offsets[B] = %lld but embeddings has %lld rows",
+                          (long long)seg_off[nseg], (long long)total_rows);
+
+    if (cls && (st = check_cls(ctx, cls, total_rows, 0, &job)) != TODRE_OK) return st;
+    if ((st = resolve_method(ctx, cfg, cls != NULL, &job)) != TODRE_OK) return st;
+
+    if (keep && (st = read_host_i64(ctx, keep, "keep", nseg, seg_k)) != TODRE_OK) return st;
+    out_off[0] = 0;
+    for (int64_t b = 0; b < nseg; b++) {
+        int64_t n = seg_off[b + 1] - seg_off[b];
+        if ((st = check_pivot_range(ctx, cfg, n, b)) != TODRE_OK) return st;
+        if (keep) {
+            if (seg_k[b] < 1 || seg_k[b] > n)
+                return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                                  "keep: keep[%lld] = %lld is outside [1, %lld]", (long long)b,
+                                  (long long)seg_k[b], (long long)n);
+        } else if ((st = todre_resolve_keep(ctx, cfg, n, &seg_k[b])) != TODRE_OK) {
+            return st;
+        }
+        out_off[b + 1] = out_off[b] + seg_k[b];
+    }
+    if ((st = check_out(ctx, out, cfg->order, out_off[nseg], &job)) != TODRE_OK) return st;
+    if (out_offsets) {
+        st = todre_check_tensor(ctx, out_offsets, "out_offsets", TODRE_DT(TODRE_DTYPE_I64),
+                                TODRE_DEVICE_HOST, 0);
+        if (st != TODRE_OK) return st;
+        if (out_offsets->rank != 1 || out_offsets->shape[0] != nseg + 1)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "out_offsets: shape must be [%lld]", (long long)(nseg + 1));
+    }
+
+    job.emb = embeddings->data;
+    job.emb_dtype = embeddings->dtype;
+    job.d = embeddings->shape[1];
+    job.emb_row_stride = embeddings->strides[0];
+    job.nseg = nseg;
+    job.seg_offsets = seg_off;
+    job.seg_k = seg_k;
+    job.out_offsets = out_off;
+    if ((st = dispatch(ctx, &job)) != TODRE_OK) return st;
+    if (out_offsets) {
+        int64_t *p = out_offsets->data;
+        for (int64_t b = 0; b <= nseg; b++) p[b * out_offsets->strides[0]] = out_off[b];
+    }
+    return TODRE_OK;
+}
