@@ -2,9 +2,10 @@
  *
  * Search order for libtodre-cuda.so:
  *   1. $TODRE_CUDA_MODULE (a path to the module file; when set, only it),
- *   2. the directory libtodre.so itself was loaded from (build trees, wheels,
- *      relocated installs),
- *   3. the installed backend directory (TODRE_BACKEND_DIR_FULL, also named by
+ *   2. the directory libtodre.so itself was loaded from (build trees, wheels),
+ *   3. its todre/ subdirectory (an installed tree moved to another prefix:
+ *      <libdir>/libtodre.so next to <libdir>/todre/libtodre-cuda.so),
+ *   4. the configured backend directory (TODRE_BACKEND_DIR_FULL, also named by
  *      todre.pc as `backenddir`).
  * A module must export the probe and init entry points of backend.h and be
  * built against the same TODRE_BACKEND_ABI_VERSION. */
@@ -63,6 +64,8 @@ static void *open_cuda_module(char *msg, size_t cap)
         snprintf(path, sizeof path, "%s/%s", dir, CUDA_MODULE_NAME);
         void *h = try_open(path, msg, cap);
         if (h) return h;
+        snprintf(path, sizeof path, "%s/todre/%s", dir, CUDA_MODULE_NAME);
+        if ((h = try_open(path, msg, cap))) return h;
     }
     snprintf(path, sizeof path, "%s/%s", TODRE_BACKEND_DIR_FULL, CUDA_MODULE_NAME);
     return try_open(path, msg, cap);
@@ -104,7 +107,10 @@ todre_status todre_module_backend_create(todre_backend_kind kind, int device,
         st = TODRE_ERR_BACKEND_UNAVAILABLE;
     }
     if (st != TODRE_OK) {
-        if (st != TODRE_ERR_OUT_OF_MEMORY) st = TODRE_ERR_BACKEND_UNAVAILABLE;
+        /* A bad device ordinal stays an argument error; anything else means
+         * the backend cannot run here. */
+        if (st != TODRE_ERR_OUT_OF_MEMORY && st != TODRE_ERR_INVALID_ARGUMENT)
+            st = TODRE_ERR_BACKEND_UNAVAILABLE;
         dlclose(h);
         return st;
     }

@@ -137,7 +137,7 @@ todre_status todre_tensor_from_dlpack(const void *dl_tensor, todre_tensor **out)
         return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
                           "dl_tensor: unsupported device type %d", (int)dl->device.device_type);
     }
-    todre_dtype dtype;
+    todre_dtype dtype = TODRE_DTYPE_F32;
     todre_status st = dl_dtype(&dl->dtype, &dtype);
     if (st != TODRE_OK) return st;
     if (dl->ndim < 0 || dl->ndim > TODRE_MAX_RANK)

@@ -1,5 +1,6 @@
-/*
- * libtodre - ToDRE visual token pruning (diversity selection + relevance drop).
+/**
+ * @file todre.h
+ * @brief libtodre - ToDRE visual token pruning (diversity selection + relevance drop).
  *
  * This header is the whole stable C ABI of libtodre. Everything here follows
  * a few rules, stated once:
@@ -38,12 +39,16 @@ extern "C" {
 /* Version                                                                    */
 /* ------------------------------------------------------------------------- */
 
+/** Major version: changes only with an incompatible ABI (and the SONAME). */
 #define TODRE_VERSION_MAJOR 0
+/** Minor version: new functions or enum values, ABI-compatible. */
 #define TODRE_VERSION_MINOR 1
+/** Patch version: fixes only. */
 #define TODRE_VERSION_PATCH 0
 /** MAJOR * 10000 + MINOR * 100 + PATCH, e.g. 100 for 0.1.0. */
 #define TODRE_VERSION_NUMBER \
     (TODRE_VERSION_MAJOR * 10000 + TODRE_VERSION_MINOR * 100 + TODRE_VERSION_PATCH)
+/** The compile-time version as a string. */
 #define TODRE_VERSION_STRING "0.1.0"
 
 /** @return the run-time library version as TODRE_VERSION_NUMBER encodes it.
@@ -57,8 +62,9 @@ TODRE_API const char *todre_version_string(void);
 /* Status codes (values pinned forever)                                       */
 /* ------------------------------------------------------------------------- */
 
+/** Result of every fallible call. Values are pinned forever. */
 typedef enum todre_status {
-    TODRE_OK = 0,
+    TODRE_OK = 0, /**< Success. */
     /** A NULL pointer, out-of-range value, or a wrong dtype / rank / shape /
      *  stride / device. The message names the argument. */
     TODRE_ERR_INVALID_ARGUMENT = 1,
@@ -83,32 +89,35 @@ typedef enum todre_status {
  *  Unknown values give "TODRE_ERR_UNKNOWN". Thread-safe. */
 TODRE_API const char *todre_status_string(todre_status status);
 
-/** @return the detail message of the last failed libtodre call on this
- *  thread ("" if none). Valid until the next libtodre call on this thread. */
+/** @return the detail message of the last libtodre call on this thread:
+ *  "" if it succeeded. Valid until the next libtodre call on this thread. */
 TODRE_API const char *todre_last_error(void);
 
 /* ------------------------------------------------------------------------- */
 /* Enumerations (values pinned forever)                                       */
 /* ------------------------------------------------------------------------- */
 
+/** Which backend a context runs on. */
 typedef enum todre_backend_kind {
     TODRE_BACKEND_AUTO = 0, /**< CUDA if it can run, else CPU (silently). */
     TODRE_BACKEND_CPU = 1,  /**< OpenBLAS, always built in. */
     TODRE_BACKEND_CUDA = 2  /**< cuBLAS + kernels, a dlopen'ed module. */
 } todre_backend_kind;
 
+/** Element type of a tensor. */
 typedef enum todre_dtype {
-    TODRE_DTYPE_F32 = 0,
-    TODRE_DTYPE_F16 = 1,
-    TODRE_DTYPE_BF16 = 2,
-    TODRE_DTYPE_I32 = 3,
-    TODRE_DTYPE_I64 = 4,
-    TODRE_DTYPE_U8 = 5
+    TODRE_DTYPE_F32 = 0,  /**< IEEE binary32. */
+    TODRE_DTYPE_F16 = 1,  /**< IEEE binary16. */
+    TODRE_DTYPE_BF16 = 2, /**< bfloat16. */
+    TODRE_DTYPE_I32 = 3,  /**< int32_t. */
+    TODRE_DTYPE_I64 = 4,  /**< int64_t (indices, offsets). */
+    TODRE_DTYPE_U8 = 5    /**< uint8_t (token types). */
 } todre_dtype;
 
+/** Where a tensor's memory lives. */
 typedef enum todre_device_type {
-    TODRE_DEVICE_HOST = 0,
-    TODRE_DEVICE_CUDA = 1
+    TODRE_DEVICE_HOST = 0, /**< Host memory (pageable or pinned). */
+    TODRE_DEVICE_CUDA = 1  /**< CUDA device memory of one device. */
 } todre_device_type;
 
 /** Stage-1 objective. */
@@ -139,9 +148,9 @@ typedef enum todre_order {
 
 /** Token type of one sequence position (stage 2), stored as u8. */
 typedef enum todre_token_type {
-    TODRE_TOKEN_SYSTEM = 0,
-    TODRE_TOKEN_VISUAL = 1,
-    TODRE_TOKEN_TEXT = 2
+    TODRE_TOKEN_SYSTEM = 0, /**< Before the image (system prompt). */
+    TODRE_TOKEN_VISUAL = 1, /**< A visual token. */
+    TODRE_TOKEN_TEXT = 2    /**< Question text and anything generated. */
 } todre_token_type;
 
 /* ------------------------------------------------------------------------- */
@@ -185,7 +194,7 @@ TODRE_API void todre_context_destroy(todre_context *ctx);
 TODRE_API todre_status todre_context_backend(const todre_context *ctx,
                                              todre_backend_kind *out);
 
-/** @return the detail message of the last failed call on @p ctx, "" if none.
+/** @return the detail message of the last call on @p ctx ("" if it succeeded).
  *  Valid until the next call on @p ctx. Accepts NULL (returns ""). */
 TODRE_API const char *todre_context_last_error(const todre_context *ctx);
 
@@ -206,6 +215,7 @@ TODRE_API todre_status todre_context_set_stream(todre_context *ctx, void *stream
 TODRE_API todre_status todre_context_synchronize(todre_context *ctx);
 
 /** Tell whether a backend can run here, without creating a context.
+ *  @param kind      the backend to ask about (AUTO and CPU: always 1).
  *  @param available receives 1 or 0; when 0, todre_last_error() says why.
  *  Loads the CUDA module on first use. Thread-safe. */
 TODRE_API todre_status todre_backend_available(todre_backend_kind kind, int *available);
@@ -223,6 +233,10 @@ typedef struct todre_tensor todre_tensor;
 
 /** Create a descriptor.
  *  @param data    first element (may be NULL only if some shape entry is 0).
+ *  @param dtype   element type.
+ *  @param device  where @p data lives.
+ *  @param rank    number of dimensions, 0..TODRE_MAX_RANK.
+ *  @param shape   @p rank extents (>= 0); may be NULL when rank is 0.
  *  @param strides per-dimension strides in elements (may be NULL: C-contiguous).
  *                 Negative strides are rejected.
  *  @param device_index CUDA device ordinal (0 for host).
@@ -263,6 +277,7 @@ TODRE_API todre_status todre_tensor_info(const todre_tensor *t, todre_dtype *dty
  *  time). */
 typedef struct todre_select_config todre_select_config;
 
+/** Integer parameters of a ::todre_select_config. */
 typedef enum todre_select_param {
     TODRE_SELECT_OBJECTIVE = 0, /**< ::todre_objective; default MAX_SUM. */
     TODRE_SELECT_PIVOT = 1,     /**< ::todre_pivot; default AUTO. */
@@ -308,6 +323,8 @@ TODRE_API todre_status todre_select_keep_count(const todre_select_config *cfg, i
                                                int64_t *k);
 
 /** Select the tokens to keep from one token set.
+ *  @param ctx        the context (its backend and workspace).
+ *  @param cfg        objective, pivot, budget and order.
  *  @param embeddings [n, d] f32/f16/bf16, inner stride 1, row stride >= d
  *         allowed; on the context's device.
  *  @param cls        NULL, or CLS attention [n] or [frames, tokens_per_frame]
@@ -315,7 +332,10 @@ TODRE_API todre_status todre_select_keep_count(const todre_select_config *cfg, i
  *         context's device. Required by PIVOT_CLS and CLS_TOPK.
  *  @param out        int64 [k] (or [2, k] for ORDER_BOTH), contiguous, on the
  *         context's device; k from todre_select_keep_count().
- *  On CUDA the call is asynchronous on the context's stream. */
+ *  On CUDA the call is asynchronous on the context's stream: a NaN or Inf
+ *  found in the data cannot be returned by this call; the affected set's
+ *  outputs are all -1 and the next todre_context_synchronize() returns
+ *  TODRE_ERR_NONFINITE naming the tensor. On the CPU this call returns it. */
 TODRE_API todre_status todre_select(todre_context *ctx, const todre_select_config *cfg,
                                     const todre_tensor *embeddings, const todre_tensor *cls,
                                     const todre_tensor *out);
@@ -323,6 +343,8 @@ TODRE_API todre_status todre_select(todre_context *ctx, const todre_select_confi
 /** Select from a ragged batch of token sets (images / videos of different
  *  lengths) concatenated along rows. Each set is handled exactly as a
  *  todre_select() call on its rows would (indices are local to the set).
+ *  @param ctx        the context.
+ *  @param cfg        objective, pivot, budget (used per set unless @p keep) and order.
  *  @param embeddings [N, d], all sets' rows concatenated.
  *  @param cls        NULL or [N] (f32/f16/bf16), concatenated likewise.
  *  @param offsets    host int64 [B + 1]: set b is rows [offsets[b], offsets[b+1]);
@@ -404,6 +426,9 @@ TODRE_API todre_status todre_relevance_set_layout(todre_relevance *rel, int64_t 
 TODRE_API todre_status todre_relevance_reset(todre_relevance *rel);
 
 /** Observe layer @p layer from attention probabilities.
+ *  @param ctx   the context that computes (its device must hold @p attn).
+ *  @param rel   the relevance handle (types set).
+ *  @param layer 0-based decoder layer, in [0, num_layers).
  *  @param attn [H, Q, K] (batch 1) or [B, H, Q, K], f32/f16/bf16, on the
  *         context's device, any strides. Queries are the last Q of the K
  *         positions (Q = K: full prefill; Q < K: a chunk of a chunked prefill).
@@ -418,10 +443,14 @@ TODRE_API todre_status todre_relevance_observe_probs(todre_context *ctx, todre_r
 /** Observe layer @p layer from post-RoPE queries and keys (fused-attention
  *  runtimes): the ratios of causal softmax(scale * q . k), computed with an
  *  online softmax in blocks; working memory independent of K.
+ *  @param ctx   the context that computes (its device must hold q and k).
+ *  @param rel   the relevance handle (types set).
+ *  @param layer 0-based decoder layer, in [0, num_layers).
  *  @param q [H, Q, dh] or [B, H, Q, dh]; @param k [H_kv, K, dh] or
  *         [B, H_kv, K, dh]; H a multiple of H_kv (grouped-query attention);
  *         f32/f16/bf16, same dtype, on the context's device, any strides.
  *  @param scale softmax scale (> 0, finite); 0 means 1/sqrt(dh).
+ *  @param decisions NULL or host array of B entries, as for observe_probs.
  *  Otherwise as todre_relevance_observe_probs(). */
 TODRE_API todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *rel,
                                                   int64_t layer, const todre_tensor *q,
@@ -439,6 +468,9 @@ TODRE_API todre_status todre_relevance_drop_layer(const todre_relevance *rel, in
                                                   int64_t *layer);
 
 /** Positions to keep after the drop (every non-visual position, ascending).
+ *  @param rel   the relevance handle (types set).
+ *  @param seq   sequence index in [0, batch).
+ *  @param capacity entries available at @p out.
  *  @param out host int64 array of @p capacity entries, or NULL to only count.
  *  @param count receives the number of positions (always written). */
 TODRE_API todre_status todre_relevance_keep_positions(const todre_relevance *rel, int64_t seq,
