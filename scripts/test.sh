@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Every test of libtodre, as CI runs it (.ci/run):
+#   1. Release build in build/, ctest
+#   2. ASan + UBSan build in build-asan/ (CPU only), ctest
+#   3. the Python package as users install it (pip install ./bindings/python):
+#      an import check from outside the tree when ctest already runs its
+#      pytest suite (tests/python.cmake), else that suite
+# Ends with one line "N passed, N failed, N skipped" over all of them and exits
+# non-zero if anything failed. JOBS (default 2) sets build and ctest parallelism.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+root=$PWD
+JOBS=${JOBS:-2}
+
+passed=0 failed=0 skipped=0
+start=$SECONDS
+
+note() { echo "== test.sh: $*"; }
+elapsed() { echo "$(( (SECONDS - $1) / 60 ))m$(( (SECONDS - $1) % 60 ))s"; }
+
+bash scripts/deps.sh || { note "deps.sh failed"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+
+# Counts a ctest log into the totals. ctest's "out of N" counts skipped tests
+# (exit 77) but not disabled ones; neither is a failure.
+count_ctest() {
+  local log=$1 total nfail nskip ndisabled
+  total=$(sed -n 's/.* tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -n1)
+  nfail=$(sed -n 's/.*, \([0-9]*\) tests failed out of .*/\1/p' "$log" | tail -n1)
+  if [ -z "$total" ]; then
+    note "no ctest summary in $log: counting it as one failure"
+    failed=$((failed + 1))
+    return
+  fi
+  nskip=$(grep -c -E '^\s+[0-9]+ - .* \(Skipped\)$' "$log" || true)
+  ndisabled=$(grep -c -E '^\s+[0-9]+ - .* \(Disabled\)$' "$log" || true)
+  passed=$((passed + total - nfail - nskip))
+  failed=$((failed + nfail))
+  skipped=$((skipped + nskip + ndisabled))
+}
+
+# $1: build dir, $2: label, rest: cmake configure options.
+build_and_ctest() {
+  local dir=$1 label=$2 t0=$SECONDS
+  shift 2
+  note "$label: configure + build in $dir"
+  mkdir -p "$dir"
+  if ! cmake -S . -B "$dir" "$@" >"$dir/configure.log" 2>&1; then
+    cat "$dir/configure.log"
+    note "$label: configure FAILED"
+    failed=$((failed + 1))
+    return
+  fi
+  if ! cmake --build "$dir" -j "$JOBS" >"$dir/build.log" 2>&1; then
+    grep -E -B2 -A8 'error|Error' "$dir/build.log" | head -n 80
+    note "$label: build FAILED (full log: $dir/build.log)"
+    failed=$((failed + 1))
+    return
+  fi
+  grep -E 'warning:' "$dir/build.log" | sort -u | head -n 20
+  note "$label: ctest"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" 2>&1 | tee "$dir/ctest.log"
+  count_ctest "$dir/ctest.log"
+  note "$label: done in $(elapsed "$t0")"
+}
+
+# Parses pytest's junit XML into the totals.
+count_junit() {
+  local counts
+  counts=$(python3 - "$1" <<'PY'
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else root.iter("testsuite")
+t = f = s = 0
+for suite in suites:
+    t += int(suite.get("tests", 0))
+    f += int(suite.get("failures", 0)) + int(suite.get("errors", 0))
+    s += int(suite.get("skipped", 0))
+print(t - f - s, f, s)
+PY
+) || { failed=$((failed + 1)); return; }
+  read -r p f s <<<"$counts"
+  passed=$((passed + p)) failed=$((failed + f)) skipped=$((skipped + s))
+}
+
+# 1. Release
+build_and_ctest build Release -DCMAKE_BUILD_TYPE=Release
+
+# 2. Sanitizers. No LSan suppressions are needed: OpenBLAS's and libgomp's
+# per-thread buffers stay reachable from their globals, which LSan accepts.
+export ASAN_OPTIONS=detect_leaks=1
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+build_and_ctest build-asan "ASan+UBSan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DTODRE_SANITIZE=address,undefined -DTODRE_CUDA=OFF -DTODRE_BUILD_BENCH=OFF \
+  -DTODRE_BUILD_CLI=ON -DTODRE_BUILD_TESTS=ON -DTODRE_BUILD_DOCS=OFF
+unset ASAN_OPTIONS UBSAN_OPTIONS
+
+# 3. Python package. ctest runs its pytest suite from the source tree when
+# tests/python.cmake registers it; what remains to check here is the package
+# as users install it (pip install ./bindings/python), imported from outside
+# the tree. Without that registration, pytest runs here.
+if [ -d bindings/python ] && [ -f build/libtodre.so.0 ]; then
+  t0=$SECONDS
+  note "Python: pip install ./bindings/python"
+  export TODRE_LIBRARY=$root/build/libtodre.so.0
+  if ! bash scripts/deps.sh --pip ./bindings/python; then
+    note "Python: pip install FAILED"
+    failed=$((failed + 1))
+  elif grep -q -s 'bindings/python' tests/*.cmake; then
+    if (mkdir -p build/pip-check && cd build/pip-check && python3 - "$root" <<'PY'
+import sys, numpy as np, todre
+assert not todre.__file__.startswith(sys.argv[1] + "/bindings"), todre.__file__
+emb = np.random.default_rng(0).standard_normal((2880, 64)).astype(np.float32)
+kept = todre.select(emb, ratio=0.1)
+assert kept.shape == (288,) and (np.diff(kept) > 0).all(), kept
+print("ok: installed package", todre.__file__, "kept", kept.shape[0], "of 2880")
+PY
+    ); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  else
+    rm -f build/pytest.xml
+    python3 -m pytest -q -rs bindings/python/tests --junitxml=build/pytest.xml
+    if [ -f build/pytest.xml ]; then count_junit build/pytest.xml; else failed=$((failed + 1)); fi
+  fi
+  unset TODRE_LIBRARY
+  note "Python: done in $(elapsed "$t0")"
+fi
+
+note "total $(elapsed "$start")"
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]

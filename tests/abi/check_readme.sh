@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# The C example in README.md must keep compiling against the public header,
+# warning-free, so that what users copy first is never stale.
+# usage: check_readme.sh CC README INCLUDE_DIR
+set -euo pipefail
+cc=$1 readme=$2 include_dir=$3
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+awk '/^```c$/ { inside = 1; found = 1; next } /^```$/ { if (inside) exit } inside' "$readme" >"$tmp/readme.c"
+[ -s "$tmp/readme.c" ] || { echo "FAIL: no \`\`\`c block in $readme" >&2; exit 1; }
+"$cc" -std=c99 -Wall -Wextra -Werror -pedantic -I "$include_dir" -c "$tmp/readme.c" -o "$tmp/readme.o"
+echo "ok: the C example of $readme compiles"
