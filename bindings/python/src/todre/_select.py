@@ -1,0 +1,266 @@
+"""Stage 1: todre.select() and todre.select_batch()."""
+
+import ctypes
+import contextlib
+
+import numpy as np
+
+from ._context import context_for
+from ._enums import Objective, Order, Pivot, SelectParam, parse
+from ._errors import check, invalid
+from ._lib import lib
+from ._tensor import Borrowed, as_array, empty_int64, finish, kind_of
+
+
+class SelectConfig:
+    """A todre_select_config built from keyword arguments (host-only state)."""
+
+    def __init__(self, keep=None, ratio=None, objective="max-sum", pivot="auto",
+                 pivot_range=None, seed=0, order="position"):
+        self._handle = ctypes.c_void_p()
+        check(lib.todre_select_config_create(ctypes.byref(self._handle)))
+        self.order = parse(Order, order, "order")
+        self.set(SelectParam.OBJECTIVE, parse(Objective, objective, "objective"))
+        self.set(SelectParam.PIVOT, parse(Pivot, pivot, "pivot"))
+        self.set(SelectParam.ORDER, self.order)
+        self.set(SelectParam.SEED, _integer(seed, "seed"))
+        if pivot_range is not None:
+            try:
+                lo, hi = pivot_range
+            except (TypeError, ValueError):
+                raise invalid(f"pivot_range: expected (lo, hi), got {pivot_range!r}") from None
+            self.set(SelectParam.PIVOT_LO, _integer(lo, "pivot_range[0]"))
+            self.set(SelectParam.PIVOT_HI, -1 if hi is None else _integer(hi, "pivot_range[1]"))
+        if keep is not None and ratio is not None:
+            raise invalid("keep and ratio: give one budget, not both")
+        if keep is not None:
+            k = _integer(keep, "keep")
+            if k < 1:
+                raise invalid(f"keep: must be >= 1, got {k}")
+            self.set(SelectParam.KEEP, k)
+        elif ratio is not None:
+            try:
+                r = float(ratio)
+            except (TypeError, ValueError):
+                raise invalid(f"ratio: expected a number, got {ratio!r}") from None
+            check(lib.todre_select_config_set_ratio(self._handle, r))
+
+    def set(self, param, value):
+        check(lib.todre_select_config_set(self._handle, int(param), int(value)))
+
+    def get(self, param):
+        out = ctypes.c_int64()
+        check(lib.todre_select_config_get(self._handle, int(param), ctypes.byref(out)))
+        return out.value
+
+    def keep_count(self, n):
+        out = ctypes.c_int64()
+        check(lib.todre_select_keep_count(self._handle, int(n), ctypes.byref(out)))
+        return out.value
+
+    def close(self):
+        if self._handle:
+            lib.todre_select_config_destroy(self._handle)
+            self._handle = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the library may be gone already
+            pass
+
+
+def _integer(value, what):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise invalid(f"{what}: expected an integer, got {value!r}")
+
+
+def _prepare(x, what):
+    x = as_array(x, what)
+    if kind_of(x) == "torch" and getattr(x, "requires_grad", False):
+        x = x.detach()  # a view: DLPack refuses tensors that require grad
+    return x
+
+
+def _rows(borrowed, what):
+    rank = ctypes.c_int()
+    shape = (ctypes.c_int64 * 8)()
+    check(lib.todre_tensor_info(borrowed.handle, None, None, ctypes.byref(rank), shape, None))
+    if rank.value < 1:
+        raise invalid(f"{what}: expected [n, d], got a rank-{rank.value} array")
+    return shape[0]
+
+
+def select_on(ctx, embeddings, keep=None, ratio=None, cls=None, objective="max-sum",
+              pivot="auto", pivot_range=None, seed=0, order="position"):
+    emb = _prepare(embeddings, "embeddings")
+    cls = None if cls is None else _prepare(cls, "cls")
+    cfg = SelectConfig(keep, ratio, objective, pivot, pivot_range, seed, order)
+    stream = ctx.follow(emb)
+    with contextlib.ExitStack() as stack:
+        e = stack.enter_context(Borrowed(emb, "embeddings", stream))
+        c = None if cls is None else stack.enter_context(Borrowed(cls, "cls", stream))
+        k = cfg.keep_count(_rows(e, "embeddings"))
+        out = empty_int64(emb, (2, k) if cfg.order == Order.BOTH else (k,))
+        o = stack.enter_context(Borrowed(out, "out", stream, writable=True))
+        check(lib.todre_select(ctx.handle, cfg._handle, e.handle,
+                               c.handle if c else None, o.handle), ctx.handle)
+    return finish(emb, out)
+
+
+def select(embeddings, keep=None, ratio=None, cls=None, objective="max-sum", pivot="auto",
+           pivot_range=None, seed=0, order="position", backend="auto"):
+    """Keep k of the n visual tokens by greedy diversity selection (stage 1).
+
+    Args:
+        embeddings: [n, d] float32 / float16 / bfloat16 array of any DLPack
+            library (NumPy, PyTorch CPU or CUDA, CuPy, JAX), read in place.
+        keep: number of tokens to keep (1..n); or
+        ratio: keep ratio in (0, 1], k = clamp(floor(ratio * n + 0.5), 1, n).
+            Neither: ratio 0.10.
+        cls: optional CLS attention [n] or [frames, tokens_per_frame] (same
+            device); used by pivot 'cls' (the 'auto' pivot of max-sum when
+            given) and objective 'cls-topk'.
+        objective: 'max-sum' (ToDRE), 'max-min' (DivPrune) or 'cls-topk'.
+        pivot: 'auto', 'cls', 'center', 'farthest', 'random' or 'isolated'.
+        pivot_range: (lo, hi) rows the pivot is chosen from; hi None = n.
+        seed: seed of the 'random' pivot.
+        order: 'position' (ascending, default), 'selection' (greedy order,
+            first = pivot) or 'both' ([2, k]: selection row, position row).
+        backend: 'auto' (the data's device), 'cpu' or 'cuda'.
+
+    Returns:
+        int64 indices of the caller's kind on the caller's device.
+
+    Raises:
+        TodreError: with the status and the library's message on bad input.
+    """
+    emb = _prepare(embeddings, "embeddings")
+    return select_on(context_for(emb, backend), emb, keep=keep, ratio=ratio, cls=cls,
+                     objective=objective, pivot=pivot, pivot_range=pivot_range, seed=seed,
+                     order=order)
+
+
+def _concat(parts, what):
+    parts = [_prepare(p, f"{what}[{i}]") for i, p in enumerate(parts)]
+    if not parts:
+        raise invalid(f"{what}: empty list")
+    kind = kind_of(parts[0])
+    if kind == "torch":
+        import torch
+        return torch.cat([p.reshape(p.shape[0], -1) if what == "embeddings" else p.reshape(-1)
+                          for p in parts])
+    if kind == "cupy":
+        import cupy as xp
+    else:
+        xp = np
+    flat = [p if what == "embeddings" else xp.reshape(xp.asarray(p), (-1,)) for p in parts]
+    try:
+        return xp.concatenate(flat)
+    except ValueError as exc:
+        raise invalid(f"{what}: cannot concatenate the sets: {exc}") from exc
+
+
+def _host_int64(x, what):
+    if kind_of(x) == "torch":
+        x = x.detach().cpu()
+    elif kind_of(x) == "cupy":
+        x = x.get()
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError) as exc:
+        raise invalid(f"{what}: {exc}") from exc
+    if arr.dtype.kind not in "iu" and arr.size:
+        raise invalid(f"{what}: expected integers, got dtype {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _is_list_of_arrays(x):
+    return isinstance(x, (list, tuple)) and len(x) > 0 and all(
+        hasattr(p, "__dlpack__") or hasattr(p, "__array_interface__") for p in x)
+
+
+def select_batch_on(ctx, embeddings, offsets=None, keep=None, ratio=None, cls=None,
+                    objective="max-sum", pivot="auto", pivot_range=None, seed=0,
+                    order="position"):
+    listed = _is_list_of_arrays(embeddings)
+    if listed:
+        if offsets is not None:
+            raise invalid("offsets: not allowed with a list of token sets")
+        offsets = np.cumsum([0] + [int(p.shape[0]) for p in embeddings], dtype=np.int64)
+        emb = _concat(embeddings, "embeddings")
+        if cls is not None:
+            cls = _concat(cls, "cls")
+    else:
+        if offsets is None:
+            raise invalid("offsets: required with concatenated embeddings")
+        emb = _prepare(embeddings, "embeddings")
+    offs = _host_int64(offsets, "offsets")
+    if offs.ndim != 1 or offs.size < 2:
+        raise invalid(f"offsets: expected [B + 1] with B >= 1, got shape {offs.shape}")
+    nsets = offs.size - 1
+    keep_arr = None
+    if keep is not None and np.ndim(keep):
+        if ratio is not None:
+            raise invalid("keep and ratio: give one budget, not both")
+        keep_arr = _host_int64(keep, "keep")
+        cfg = SelectConfig(None, None, objective, pivot, pivot_range, seed, order)
+    else:
+        cfg = SelectConfig(keep, ratio, objective, pivot, pivot_range, seed, order)
+    total = _batch_total(cfg, offs, keep_arr)
+    cls = None if cls is None else _prepare(cls, "cls")
+    out_offs = np.zeros(nsets + 1, dtype=np.int64)
+    stream = ctx.follow(emb)
+    with contextlib.ExitStack() as stack:
+        e = stack.enter_context(Borrowed(emb, "embeddings", stream))
+        c = None if cls is None else stack.enter_context(Borrowed(cls, "cls", stream))
+        of = stack.enter_context(Borrowed(offs, "offsets"))
+        kp = None if keep_arr is None else stack.enter_context(Borrowed(keep_arr, "keep"))
+        out = empty_int64(emb, (2, total) if cfg.order == Order.BOTH else (total,))
+        o = stack.enter_context(Borrowed(out, "out", stream, writable=True))
+        oo = stack.enter_context(Borrowed(out_offs, "out_offsets", writable=True))
+        check(lib.todre_select_batch(ctx.handle, cfg._handle, e.handle,
+                                     c.handle if c else None, of.handle,
+                                     kp.handle if kp else None, o.handle, oo.handle),
+              ctx.handle)
+    out = finish(emb, out)
+    if listed:
+        return [out[..., out_offs[b]:out_offs[b + 1]] for b in range(nsets)]
+    return out, out_offs
+
+
+def _batch_total(cfg, offs, keep_arr):
+    """Output length K; an invalid budget yields 0 and is reported by the C call."""
+    if keep_arr is not None:
+        return int(keep_arr.sum()) if keep_arr.size and keep_arr.min() >= 1 else 0
+    total = 0
+    for n in np.diff(offs):
+        try:
+            total += cfg.keep_count(int(n))
+        except Exception:
+            return 0
+    return total
+
+
+def select_batch(embeddings, offsets=None, keep=None, ratio=None, cls=None,
+                 objective="max-sum", pivot="auto", pivot_range=None, seed=0,
+                 order="position", backend="auto"):
+    """Stage 1 over a ragged batch of token sets, each exactly as select() would.
+
+    Two input forms:
+      * a list of [n_b, d] arrays (and cls a list of [n_b] arrays or None):
+        returns a list of per-set index arrays (views of one output). The sets
+        are concatenated first (one copy, unavoidable for a list).
+      * one concatenated [N, d] array plus offsets (host ints [B + 1]; set b is
+        rows offsets[b]:offsets[b+1]); cls concatenated likewise: returns
+        (indices [K] or [2, K], out_offsets NumPy int64 [B + 1]), zero-copy.
+
+    keep is None (ratio budget per set), an int for every set, or one int per
+    set. Indices are local to each set. Other arguments as select().
+    """
+    first = embeddings[0] if _is_list_of_arrays(embeddings) else embeddings
+    ctx = context_for(_prepare(first, "embeddings"), backend)
+    return select_batch_on(ctx, embeddings, offsets=offsets, keep=keep, ratio=ratio, cls=cls,
+                           objective=objective, pivot=pivot, pivot_range=pivot_range,
+                           seed=seed, order=order)

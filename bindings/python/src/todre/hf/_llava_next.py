@@ -1,0 +1,145 @@
+"""Stage 1 for LlavaNextForConditionalGeneration (AnyRes, CLIP with [CLS]).
+
+Per image, the candidates are the packed features exactly as the model would
+feed them (thumbnail first, then the unpadded crop grid with one image-newline
+token closing each row). The budget is global over all of them, the pivot is
+the argmax of the thumbnail's [CLS] attention (pivot range = the thumbnail's
+tokens), taken from the layer that produces the selected vision features.
+
+Image-newline tokens are ordinary candidates: the selection keeps a newline
+only when it adds diversity (its embedding is one learned vector, so at most
+one or two survive at low ratios); they count towards k like any other visual
+token, and ratio 1.0 reproduces the unpruned prompt exactly. Their [CLS] value
+is 0 (they have no vision-tower attention).
+"""
+
+import torch
+
+from ._prompt import kept_columns, left_pack, pad_token, restore_prompt
+from ._select import select_each
+
+
+class _ClsCapture:
+    """Captures the [CLS] row of one CLIP encoder layer's attention, averaged
+    over heads, from that layer's own Q and K (the tower keeps its attention
+    implementation)."""
+
+    def __init__(self, attn):
+        self.attn = attn
+        self.maps = None
+        self.handle = attn.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, attn, args, kwargs):
+        x = kwargs.get("hidden_states", args[0] if args else None)
+        P, T, _ = x.shape
+        hd = attn.head_dim
+        q = attn.q_proj(x[:, :1]).view(P, 1, -1, hd).transpose(1, 2)
+        k = attn.k_proj(x).view(P, T, -1, hd).transpose(1, 2)
+        probs = torch.softmax((q.float() @ k.float().transpose(-1, -2)) * attn.scale, dim=-1)
+        self.maps = probs.mean(dim=1)[:, 0]          # [P, T], CLS row
+        return None
+
+    def close(self):
+        self.handle.remove()
+
+
+def _body(vision_tower):
+    """The module holding embeddings and encoder (older CLIPVisionModel wraps it)."""
+    return getattr(vision_tower, "vision_model", vision_tower)
+
+
+def _feature_layer_index(vision_tower, feature_layer):
+    """The encoder layer whose output is hidden_states[feature_layer]."""
+    layers = _body(vision_tower).encoder.layers
+    if isinstance(feature_layer, (list, tuple)):
+        feature_layer = feature_layer[-1]
+    h = feature_layer if feature_layer >= 0 else len(layers) + 1 + feature_layer
+    return max(h - 1, 0)
+
+
+def _has_cls(vision_tower):
+    emb = getattr(_body(vision_tower), "embeddings", None)
+    return emb is not None and hasattr(emb, "class_embedding")
+
+
+def image_features(model, pixel_values, image_sizes, layer, strategy):
+    """(packed features per image, CLS map per image or None, thumbnail tokens)."""
+    inner = model.model
+    tower = inner.vision_tower
+    capture = None
+    if _has_cls(tower):
+        idx = _feature_layer_index(tower, layer)
+        capture = _ClsCapture(_body(tower).encoder.layers[idx].self_attn)
+    try:
+        out = inner.get_image_features(pixel_values, image_sizes, vision_feature_layer=layer,
+                                       vision_feature_select_strategy=strategy,
+                                       return_dict=True)
+    finally:
+        if capture is not None:
+            capture.close()
+    feats = list(out.pooler_output)
+    per_tile = model.config.vision_config.image_size // model.config.vision_config.patch_size
+    thumb = per_tile * per_tile + (0 if strategy == "default" else 1)
+    if capture is None or capture.maps is None:
+        return feats, None, thumb
+    maps = capture.maps[:, 1:] if strategy == "default" else capture.maps
+    return feats, _pack_cls(inner, maps, image_sizes, strategy, feats), thumb
+
+
+def _pack_cls(inner, maps, image_sizes, strategy, feats):
+    """Lay the CLS values out like the packed features (newline slots get 0)."""
+    counts, start, per_image = [], 0, []
+    from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+    cfg = inner.config
+    for size in image_sizes:
+        counts.append(image_size_to_num_patches(size, cfg.image_grid_pinpoints,
+                                                cfg.vision_config.image_size))
+    for n in counts:
+        per_image.append(maps[start:start + n, :, None])
+        start += n
+    marker = torch.tensor([-1.0], dtype=maps.dtype, device=maps.device)
+    packed, _ = inner.pack_image_features(per_image, image_sizes, strategy, image_newline=marker)
+    out = []
+    for p, f in zip(packed, feats):
+        m = p[:, 0].clamp_min(0).contiguous()
+        if m.shape[0] != f.shape[0]:
+            return None
+        out.append(m)
+    return out
+
+
+def generate(model, original_generate, settings, args, kwargs):
+    """generate() with stage 1 applied to the prompt's images."""
+    pixel_values = kwargs.get("pixel_values")
+    input_ids = kwargs.get("input_ids", args[0] if args else None)
+    if pixel_values is None or input_ids is None or settings.stage1_off:
+        return original_generate(*args, **kwargs)
+    kwargs = dict(kwargs)
+    kwargs.pop("input_ids", None)
+    args = args[1:]
+    pixel_values = kwargs.pop("pixel_values")
+    image_sizes = kwargs.pop("image_sizes", None)
+    if image_sizes is None:
+        raise ValueError("LLaVA-NeXT generate(): pixel_values need image_sizes")
+    cfg = model.config
+    layer = kwargs.pop("vision_feature_layer", None)
+    layer = cfg.vision_feature_layer if layer is None else layer
+    strategy = kwargs.pop("vision_feature_select_strategy", None)
+    strategy = cfg.vision_feature_select_strategy if strategy is None else strategy
+    mask = kwargs.pop("attention_mask", None)
+
+    with torch.no_grad():
+        feats, cls, thumb = image_features(model, pixel_values, image_sizes, layer, strategy)
+        kept = select_each(feats, cls, (0, thumb), settings)
+    rows = kept_columns(input_ids, mask, cfg.image_token_id, [f.shape[0] for f in feats], kept)
+    pad = pad_token(model, input_ids, mask)
+    new_ids, new_mask = left_pack([input_ids[b][c] for b, c in enumerate(rows)], pad)
+    pruned = [f[k.to(f.device)] for f, k in zip(feats, kept)]
+    settings.record_stage1([f.shape[0] for f in feats], kept, new_ids, new_mask,
+                           cfg.image_token_id)
+
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+    encoded = BaseModelOutputWithPooling(pooler_output=pruned)
+    out = original_generate(*args, input_ids=new_ids, attention_mask=new_mask,
+                            mm_encoder_outputs={"image": encoded}, **kwargs)
+    return restore_prompt(out, input_ids, new_ids.shape[1])
