@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Time libtodre's CUDA backend against PyTorch on the same GPU and inputs.
+
+Stage 1: greedy max-sum selection (ToDRE Algorithm 1, CENTER pivot) on f16
+LLaVA-NeXT-sized inputs (n = 2880 tokens, d = 4096) for k = 288 and 720, one
+image and ragged batches of 8 and 32 images in one call. The PyTorch
+baseline is Algorithm 1 written the way a PyTorch user would: normalise,
+Gram matrix on the GPU, then the greedy loop with batched argmin (no host
+sync per step, but one Python iteration and a handful of kernel launches per
+step). Two baselines: fp32 Gram (same arithmetic as libtodre) and f16 Gram.
+
+Stage 2: alpha ratios at 32 heads, head size 128, K = 3015 (35 system, 2880
+visual, 100 text), from Q/K (libtodre's fused online-softmax kernel) against
+PyTorch materialising causal softmax(QK^T) and summing; and from
+probabilities (libtodre's reduction against torch sums on the same A).
+
+Prints medians over repeats (CUDA events) and the PyTorch/libtodre ratio.
+Exits 0 with a 'skipped: ...' line where there is no GPU, no PyTorch with
+CUDA, or no CUDA-capable libtodre.
+
+Usage: python3 bench/bench_cuda.py [--lib build/libtodre.so] [--repeats 20]
+"""
+import argparse
+import ctypes
+import glob
+import math
+import os
+import statistics
+import sys
+
+TODRE_OK = 0
+BACKEND_CUDA = 2
+DT = {"f32": 0, "f16": 1, "bf16": 2, "i64": 4, "u8": 5}
+DEV_HOST, DEV_CUDA = 0, 1
+SEL_OBJECTIVE, SEL_PIVOT, SEL_KEEP, SEL_ORDER = 0, 1, 4, 6
+PIVOT_CENTER = 2
+ORDER_SELECTION = 1
+CTX_STRATEGY = 1
+
+
+def skip(why):
+    print(f"skipped: {why}")
+    sys.exit(0)
+
+
+def find_lib(arg):
+    if arg:
+        return arg
+    if os.environ.get("TODRE_LIB"):
+        return os.environ["TODRE_LIB"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    hits = sorted(glob.glob(os.path.join(root, "build*", "libtodre.so")), key=os.path.getmtime)
+    return hits[-1] if hits else None
+
+
+class Todre:
+    def __init__(self, path):
+        L = ctypes.CDLL(path)
+        vp, i64, ip = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+        P = ctypes.POINTER
+        L.todre_last_error.restype = ctypes.c_char_p
+        L.todre_context_last_error.restype = ctypes.c_char_p
+        L.todre_context_last_error.argtypes = [vp]
+        L.todre_context_create.argtypes = [ip, ip, P(vp)]
+        L.todre_context_destroy.argtypes = [vp]
+        L.todre_context_set_param.argtypes = [vp, ip, i64]
+        L.todre_context_set_stream.argtypes = [vp, vp]
+        L.todre_context_synchronize.argtypes = [vp]
+        L.todre_backend_available.argtypes = [ip, P(ip)]
+        L.todre_tensor_create.argtypes = [vp, ip, ip, ip, ip, P(i64), P(i64), P(vp)]
+        L.todre_tensor_destroy.argtypes = [vp]
+        L.todre_select_config_create.argtypes = [P(vp)]
+        L.todre_select_config_destroy.argtypes = [vp]
+        L.todre_select_config_set.argtypes = [vp, ip, i64]
+        L.todre_select.argtypes = [vp, vp, vp, vp, vp]
+        L.todre_select_batch.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp]
+        L.todre_relevance_create.argtypes = [i64, i64, P(vp)]
+        L.todre_relevance_destroy.argtypes = [vp]
+        L.todre_relevance_set_probe_layers.argtypes = [vp, P(i64), i64]
+        L.todre_relevance_set_layout.argtypes = [vp, i64, i64, i64]
+        L.todre_relevance_set_types.argtypes = [vp, vp]
+        L.todre_relevance_reset.argtypes = [vp]
+        L.todre_relevance_observe_qk.argtypes = [vp, vp, i64, vp, vp, ctypes.c_double, vp]
+        L.todre_relevance_observe_probs.argtypes = [vp, vp, i64, vp, vp]
+        L.todre_relevance_ratios.argtypes = [vp, i64, i64, P(ctypes.c_double), P(ctypes.c_double)]
+        self.L = L
+
+    def check(self, st, ctx=None):
+        if st != TODRE_OK:
+            msg = (self.L.todre_context_last_error(ctx) if ctx else self.L.todre_last_error())
+            raise RuntimeError(f"libtodre status {st}: {msg.decode(errors='replace')}")
+
+    def cuda_available(self):
+        a = ctypes.c_int(0)
+        self.check(self.L.todre_backend_available(BACKEND_CUDA, ctypes.byref(a)))
+        return bool(a.value), self.L.todre_last_error().decode(errors="replace")
+
+    def context(self, stream):
+        ctx = ctypes.c_void_p()
+        self.check(self.L.todre_context_create(BACKEND_CUDA, 0, ctypes.byref(ctx)))
+        self.check(self.L.todre_context_set_stream(ctx, ctypes.c_void_p(stream)), ctx)
+        return ctx
+
+    def tensor(self, ptr, dtype, shape, strides=None, device=DEV_CUDA):
+        n = len(shape)
+        sh = (ctypes.c_int64 * n)(*shape)
+        st = (ctypes.c_int64 * n)(*strides) if strides else None
+        t = ctypes.c_void_p()
+        self.check(self.L.todre_tensor_create(ctypes.c_void_p(ptr), DT[dtype], device, 0, n, sh,
+                                              st, ctypes.byref(t)))
+        return t
+
+    def torch_tensor(self, x, dtype):
+        dev = DEV_CUDA if x.is_cuda else DEV_HOST
+        return self.tensor(x.data_ptr(), dtype, list(x.shape), list(x.stride()), dev)
+
+
+def median_ms(torch, fn, repeats, warmup=3):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+# ---- PyTorch Algorithm 1 (batched over images of equal n) ----------------------------
+
+def torch_algorithm1(torch, E, k, gram_dtype):
+    """E: [B, n, d] f16 on the GPU. Returns [B, k] selection order."""
+    B, n, _ = E.shape
+    X = torch.nn.functional.normalize(E.float(), dim=-1)
+    S = torch.bmm(X.to(gram_dtype), X.to(gram_dtype).transpose(1, 2)).float()
+    mu = X.mean(1)
+    p = torch.bmm(X, mu.unsqueeze(-1)).squeeze(-1).argmax(1)
+    ar = torch.arange(B, device=E.device)
+    scores = S[ar, p].clone()
+    taken = torch.zeros(B, n, dtype=torch.bool, device=E.device)
+    taken[ar, p] = True
+    sel = [p]
+    for _ in range(1, k):
+        c = scores.masked_fill(taken, float("inf")).argmin(1)
+        sel.append(c)
+        taken[ar, c] = True
+        scores += S[ar, c]
+    return torch.stack(sel, 1)
+
+
+def bench_stage1(torch, td, ctx, repeats):
+    n, d = 2880, 4096
+    print(f"\nStage 1: n={n} d={d} f16, MAX_SUM, CENTER pivot (median ms over {repeats})")
+    print(f"{'images':>6} {'k':>5} {'libtodre':>10} {'torch fp32':>11} {'torch f16':>10} "
+          f"{'x fp32':>7} {'x f16':>7} {'agree':>6}")
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for B in (1, 8, 32):
+        centers = torch.randn(B, 24, d, device="cuda", generator=gen)
+        assign = torch.randint(0, 24, (B, n), device="cuda", generator=gen)
+        E = (centers.gather(1, assign.unsqueeze(-1).expand(B, n, d)) +
+             0.7 * torch.randn(B, n, d, device="cuda", generator=gen)).half().contiguous()
+        for k in (288, 720):
+            cfg = ctypes.c_void_p()
+            td.check(td.L.todre_select_config_create(ctypes.byref(cfg)))
+            td.check(td.L.todre_select_config_set(cfg, SEL_PIVOT, PIVOT_CENTER))
+            td.check(td.L.todre_select_config_set(cfg, SEL_KEEP, k))
+            td.check(td.L.todre_select_config_set(cfg, SEL_ORDER, ORDER_SELECTION))
+            out = torch.empty(B * k, dtype=torch.int64, device="cuda")
+            offs = torch.arange(0, (B + 1) * n, n, dtype=torch.int64)
+            emb_t = td.tensor(E.data_ptr(), "f16", [B * n, d])
+            out_t = td.torch_tensor(out, "i64")
+            offs_t = td.torch_tensor(offs, "i64")
+
+            def ours():
+                td.check(td.L.todre_select_batch(ctx, cfg, emb_t, None, offs_t, None, out_t,
+                                                 None), ctx)
+
+            t_ours = median_ms(torch, ours, repeats)
+            reps_t = max(3, repeats // 4)  # the PyTorch loops are slow
+            t_f32 = median_ms(torch, lambda: torch_algorithm1(torch, E, k, torch.float32), reps_t, 1)
+            t_f16 = median_ms(torch, lambda: torch_algorithm1(torch, E, k, torch.float16), reps_t, 1)
+            ours()
+            td.check(td.L.todre_context_synchronize(ctx), ctx)
+            ref = torch_algorithm1(torch, E, k, torch.float32)
+            agree = (out.view(B, k) == ref).float().mean().item()
+            print(f"{B:>6} {k:>5} {t_ours:>10.3f} {t_f32:>11.3f} {t_f16:>10.3f} "
+                  f"{t_f32 / t_ours:>7.1f} {t_f16 / t_ours:>7.1f} {agree:>6.3f}")
+            for t in (emb_t, out_t, offs_t):
+                td.L.todre_tensor_destroy(t)
+            td.L.todre_select_config_destroy(cfg)
+        del E
+
+
+# ---- stage 2 ------------------------------------------------------------------------
+
+def torch_ratios(torch, A, types):
+    """A: [H, Q, K] probabilities (queries are the last Q positions)."""
+    H, Q, K = A.shape
+    qt = types[K - Q:]
+    vis = (types == 1).to(A.dtype)
+    txt = (types == 2).to(A.dtype)
+    row_all = A.float().sum(-1)                  # [H, Q]
+    row_vis = (A * vis).float().sum(-1)
+    row_txt = (A * txt).float().sum(-1)
+    qtext, qvis = (qt == 2), (qt == 1)
+    t2v = row_vis[:, qtext].sum() / row_all[:, qtext].sum().clamp_min(1e-30)
+    v2t = row_txt[:, qvis].sum() / row_all[:, qvis].sum().clamp_min(1e-30)
+    return t2v.item(), v2t.item()
+
+
+def torch_probs(torch, q, k, scale):
+    H, Q, dh = q.shape
+    Hkv, K, _ = k.shape
+    kk = k.repeat_interleave(H // Hkv, 0)
+    s = torch.matmul(q, kk.transpose(1, 2)).float() * scale
+    pos = torch.arange(K - Q, K, device=q.device).unsqueeze(1)
+    mask = torch.arange(K, device=q.device).unsqueeze(0) > pos
+    s.masked_fill_(mask, float("-inf"))
+    return torch.softmax(s, -1).to(q.dtype)
+
+
+def bench_stage2(torch, td, ctx, repeats):
+    H, dh = 32, 128
+    layouts = {"[sys|vis|text]": (35, 2880, 100), "[sys|text|vis|text]": None}
+    print(f"\nStage 2: H={H} dh={dh} f16 (median ms over {repeats})")
+    print(f"{'layout':>22} {'Hkv':>4} {'path':>6} {'libtodre':>10} {'torch':>9} {'x':>6} "
+          f"{'|d t2v|':>9} {'|d v2t|':>9}")
+    for name in layouts:
+        for Hkv in (32, 8):
+            if name == "[sys|vis|text]":
+                ns, nv, nt = layouts[name]
+                types = torch.tensor([0] * ns + [1] * nv + [2] * nt, dtype=torch.uint8)
+            else:
+                types = torch.tensor([0] * 35 + [2] * 40 + [1] * 2880 + [2] * 60, dtype=torch.uint8)
+            K = types.numel()
+            q = torch.randn(1, H, K, dh, device="cuda").half()
+            k = torch.randn(1, Hkv, K, dh, device="cuda").half()
+            scale = 1.0 / math.sqrt(dh)
+            rel = ctypes.c_void_p()
+            td.check(td.L.todre_relevance_create(1, 1, ctypes.byref(rel)))
+            layer = (ctypes.c_int64 * 1)(0)
+            td.check(td.L.todre_relevance_set_probe_layers(rel, layer, 1))
+            tys = types.contiguous()
+            types_t = td.tensor(tys.data_ptr(), "u8", [1, K], device=DEV_HOST)
+            td.check(td.L.todre_relevance_set_types(rel, types_t))
+            q_t, k_t = td.torch_tensor(q, "f16"), td.torch_tensor(k, "f16")
+
+            def ours_qk():
+                td.check(td.L.todre_relevance_reset(rel))
+                td.check(td.L.todre_relevance_observe_qk(ctx, rel, 0, q_t, k_t, 0.0, None), ctx)
+
+            def ratios():
+                a, b = ctypes.c_double(), ctypes.c_double()
+                td.check(td.L.todre_relevance_ratios(rel, 0, 0, ctypes.byref(a), ctypes.byref(b)))
+                return a.value, b.value
+
+            tys_d = types.cuda()
+            t_ours = median_ms(torch, ours_qk, repeats)
+            t_torch = median_ms(torch, lambda: torch_ratios(torch, torch_probs(torch, q[0], k[0], scale), tys_d), repeats)
+            ours_qk()
+            r_ours = ratios()
+            A = torch_probs(torch, q[0], k[0], scale)
+            r_ref = torch_ratios(torch, A, tys_d)
+            print(f"{name:>22} {Hkv:>4} {'qk':>6} {t_ours:>10.3f} {t_torch:>9.3f} "
+                  f"{t_torch / t_ours:>6.1f} {abs(r_ours[0] - r_ref[0]):>9.2e} "
+                  f"{abs(r_ours[1] - r_ref[1]):>9.2e}")
+            if Hkv == 32:
+                A4 = A.unsqueeze(0)
+                a_t = td.torch_tensor(A4, "f16")
+
+                def ours_probs():
+                    td.check(td.L.todre_relevance_reset(rel))
+                    td.check(td.L.todre_relevance_observe_probs(ctx, rel, 0, a_t, None), ctx)
+
+                t_p = median_ms(torch, ours_probs, repeats)
+                t_pt = median_ms(torch, lambda: torch_ratios(torch, A, tys_d), repeats)
+                ours_probs()
+                rp = ratios()
+                print(f"{name:>22} {Hkv:>4} {'probs':>6} {t_p:>10.3f} {t_pt:>9.3f} "
+                      f"{t_pt / t_p:>6.1f} {abs(rp[0] - r_ref[0]):>9.2e} "
+                      f"{abs(rp[1] - r_ref[1]):>9.2e}")
+                td.L.todre_tensor_destroy(a_t)
+                del A4
+            del A
+            for t in (q_t, k_t, types_t):
+                td.L.todre_tensor_destroy(t)
+            td.L.todre_relevance_destroy(rel)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--lib", help="path to libtodre.so (default: newest build*/libtodre.so)")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--stage", choices=("1", "2", "both"), default="both")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        skip("no GPU (PyTorch is not installed)")
+    if not torch.cuda.is_available():
+        skip("no GPU (torch.cuda.is_available() is False)")
+    lib = find_lib(args.lib)
+    if not lib or not os.path.exists(lib):
+        skip("libtodre.so not found (build it, or pass --lib / TODRE_LIB)")
+    td = Todre(lib)
+    ok, why = td.cuda_available()
+    if not ok:
+        skip(f"no GPU usable by libtodre ({why})")
+    print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; lib {lib}")
+    ctx = td.context(torch.cuda.current_stream().cuda_stream)
+    try:
+        if args.stage in ("1", "both"):
+            bench_stage1(torch, td, ctx, args.repeats)
+        if args.stage in ("2", "both"):
+            bench_stage2(torch, td, ctx, args.repeats)
+    finally:
+        td.L.todre_context_destroy(ctx)
+
+
+if __name__ == "__main__":
+    main()

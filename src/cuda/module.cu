@@ -1,0 +1,345 @@
+/* The CUDA backend module: its two exported entry points (probe, init), the
+ * dispatch table, stream handling, synchronisation and teardown.
+ *
+ * Never aborts, never prints: every CUDA / cuBLAS failure becomes a status
+ * with the runtime's error text in the diag buffer. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#define TODRE_MODULE_EXPORT extern "C" __attribute__((visibility("default")))
+
+/* Oldest architecture the fatbinary carries code for (sm_80 SASS). */
+#define TODRE_CUDA_MIN_CC_MAJOR 8
+
+/* ---- diagnostics ----------------------------------------------------------- */
+
+todre_status todre_cuda_diag(struct todre_diag *diag, todre_status st, const char *fmt, ...)
+{
+    if (diag && diag->buf && diag->cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(diag->buf, diag->cap, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+todre_status todre_cuda_fail(struct todre_diag *diag, cudaError_t err, const char *what)
+{
+    todre_status st = (err == cudaErrorMemoryAllocation) ? TODRE_ERR_OUT_OF_MEMORY
+                                                          : TODRE_ERR_DEVICE;
+    /* Clear a non-sticky error so that it does not resurface in a later call. */
+    (void)cudaGetLastError();
+    return todre_cuda_diag(diag, st, "%s: %s (%s)", what, cudaGetErrorString(err),
+                           cudaGetErrorName(err));
+}
+
+todre_status todre_cublas_fail(struct todre_diag *diag, cublasStatus_t st, const char *what)
+{
+    todre_status s = (st == CUBLAS_STATUS_ALLOC_FAILED) ? TODRE_ERR_OUT_OF_MEMORY
+                                                         : TODRE_ERR_DEVICE;
+    return todre_cuda_diag(diag, s, "%s: cuBLAS error %s (%s)", what, cublasGetStatusName(st),
+                           cublasGetStatusString(st));
+}
+
+/* ---- device scope -------------------------------------------------------- */
+
+todre_status todre_cuda_enter(struct todre_cuda_backend *be, struct todre_cuda_scope *sc,
+                              struct todre_diag *diag)
+{
+    sc->changed = 0;
+    cudaError_t err = cudaGetDevice(&sc->prev);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaGetDevice");
+    if (sc->prev != be->base.device) {
+        err = cudaSetDevice(be->base.device);
+        if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaSetDevice");
+        sc->changed = 1;
+    }
+    return TODRE_OK;
+}
+
+void todre_cuda_leave(struct todre_cuda_scope *sc)
+{
+    if (sc->changed) (void)cudaSetDevice(sc->prev);
+}
+
+todre_status todre_cuda_check_pointer(struct todre_cuda_backend *be, const void *ptr,
+                                      const char *name, struct todre_diag *diag)
+{
+    if (!ptr) return TODRE_OK; /* the core has checked presence */
+    cudaPointerAttributes attr;
+    cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+                               "%s: the pointer is not CUDA memory (%s)", name,
+                               cudaGetErrorString(err));
+    }
+    switch (attr.type) {
+    case cudaMemoryTypeManaged:
+        return TODRE_OK;
+    case cudaMemoryTypeDevice:
+        if (attr.device != be->base.device)
+            return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+                                   "%s: memory of CUDA device %d given to a context on device %d",
+                                   name, attr.device, be->base.device);
+        return TODRE_OK;
+    case cudaMemoryTypeHost:
+        return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+                               "%s: pinned host memory given to a CUDA context (device memory "
+                               "is required; use a CPU context for host tensors)", name);
+    default:
+        return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+                               "%s: host memory given to a CUDA context (device memory is "
+                               "required; use a CPU context for host tensors)", name);
+    }
+}
+
+/* ---- table slots ------------------------------------------------------------ */
+
+static todre_status cuda_set_stream(struct todre_backend *base, void *stream,
+                                    struct todre_diag *diag)
+{
+    struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
+    cudaStream_t next = (cudaStream_t)stream;
+    if (next == be->stream) return TODRE_OK;
+    struct todre_cuda_scope sc;
+    todre_status st = todre_cuda_enter(be, &sc, diag);
+    if (st != TODRE_OK) return st;
+    /* The workspace is reused by the next call: work queued on the old
+     * stream must finish before the new stream touches it. An event keeps
+     * this ordering on the device without blocking the host. */
+    cudaEvent_t ev;
+    cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (err == cudaSuccess) err = cudaEventRecord(ev, be->stream);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(next, ev, 0);
+    if (err == cudaSuccess) err = cudaEventDestroy(ev);
+    if (err != cudaSuccess) {
+        todre_cuda_leave(&sc);
+        return todre_cuda_fail(diag, err, "set_stream: ordering the new stream after the old one");
+    }
+    /* cublasSetStream() drops a user workspace: set ours again, so that
+     * cuBLAS never allocates on the hot path. */
+    cublasStatus_t bst = cublasSetStream(be->blas, next);
+    if (bst == CUBLAS_STATUS_SUCCESS) bst = cublasSetWorkspace(be->blas, be->blas_ws, be->blas_ws_size);
+    todre_cuda_leave(&sc);
+    if (bst != CUBLAS_STATUS_SUCCESS) return todre_cublas_fail(diag, bst, "cublasSetStream");
+    be->stream = next;
+    return TODRE_OK;
+}
+
+static todre_status cuda_synchronize(struct todre_backend *base, struct todre_diag *diag)
+{
+    struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
+    struct todre_cuda_scope sc;
+    todre_status st = todre_cuda_enter(be, &sc, diag);
+    if (st != TODRE_OK) return st;
+    cudaError_t err = cudaStreamSynchronize(be->stream);
+    if (err != cudaSuccess) {
+        todre_cuda_leave(&sc);
+        return todre_cuda_fail(diag, err, "cudaStreamSynchronize");
+    }
+    int flag = *be->nonfinite_host;
+    if (flag) {
+        /* Report once: clear the sticky device flag and its host copy. */
+        *be->nonfinite_host = 0;
+        err = cudaMemsetAsync(be->nonfinite_dev, 0, sizeof(int), be->stream);
+        if (err == cudaSuccess) err = cudaStreamSynchronize(be->stream);
+        todre_cuda_leave(&sc);
+        if (err != cudaSuccess) return todre_cuda_fail(diag, err, "clearing the non-finite flag");
+        return todre_cuda_diag(diag, TODRE_ERR_NONFINITE,
+                               "%s contained NaN or Inf in a selection queued since the last "
+                               "synchronize (the affected sets' outputs were filled with -1)",
+                               (flag & 2) ? ((flag & 1) ? "embeddings and cls" : "cls")
+                                          : "embeddings");
+    }
+    todre_cuda_leave(&sc);
+    return TODRE_OK;
+}
+
+static void cuda_destroy(struct todre_backend *base)
+{
+    struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
+    if (!be) return;
+    struct todre_cuda_scope sc;
+    int entered = todre_cuda_enter(be, &sc, NULL) == TODRE_OK;
+    /* Queued work still reads the workspace: let it finish before freeing. */
+    (void)cudaStreamSynchronize(be->stream);
+    todre_cuda_workspace_free(be);
+    if (be->blas) cublasDestroy(be->blas);
+    if (be->blas_ws) cudaFree(be->blas_ws);
+    if (be->nonfinite_dev) cudaFree(be->nonfinite_dev);
+    if (be->nonfinite_host) cudaFreeHost(be->nonfinite_host);
+    (void)cudaGetLastError();
+    if (entered) todre_cuda_leave(&sc);
+    free(be);
+}
+
+static const struct todre_backend_ops cuda_ops = {
+    TODRE_BACKEND_ABI_VERSION,
+    "cuda",
+    todre_cuda_select,
+    todre_cuda_relevance_probs,
+    todre_cuda_relevance_qk,
+    cuda_set_stream,
+    cuda_synchronize,
+    cuda_destroy,
+};
+
+/* ---- entry points ------------------------------------------------------------ */
+
+static todre_status check_abi(uint32_t abi_version, struct todre_diag *diag)
+{
+    if (abi_version == TODRE_BACKEND_ABI_VERSION) return TODRE_OK;
+    return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                           "libtodre-cuda was built for backend ABI %u, the core uses %u "
+                           "(install matching versions)",
+                           (unsigned)TODRE_BACKEND_ABI_VERSION, (unsigned)abi_version);
+}
+
+static todre_status check_device(int device, int count, struct todre_diag *diag)
+{
+    cudaDeviceProp prop;
+    cudaError_t err = cudaGetDeviceProperties(&prop, device);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                               "CUDA device %d of %d: %s", device, count,
+                               cudaGetErrorString(err));
+    }
+    if (prop.major < TODRE_CUDA_MIN_CC_MAJOR)
+        return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                               "CUDA device %d (%s) has compute capability %d.%d; libtodre-cuda "
+                               "needs 8.0 or newer", device, prop.name, prop.major, prop.minor);
+    return TODRE_OK;
+}
+
+static todre_status device_count(int *count, struct todre_diag *diag)
+{
+    *count = 0;
+    cudaError_t err = cudaGetDeviceCount(count);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                               "no usable CUDA driver or device: %s (%s)",
+                               cudaGetErrorString(err), cudaGetErrorName(err));
+    }
+    if (*count <= 0)
+        return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                               "the CUDA driver reports no devices");
+    return TODRE_OK;
+}
+
+TODRE_MODULE_EXPORT todre_status todre_backend_module_probe(uint32_t abi_version,
+                                                            struct todre_diag *diag)
+{
+    todre_status st = check_abi(abi_version, diag);
+    if (st != TODRE_OK) return st;
+    int count;
+    st = device_count(&count, diag);
+    if (st != TODRE_OK) return st;
+    for (int d = 0; d < count; d++)
+        if (check_device(d, count, NULL) == TODRE_OK) return TODRE_OK;
+    return check_device(0, count, diag);
+}
+
+static todre_status init_resources(struct todre_cuda_backend *be, struct todre_diag *diag)
+{
+    int dev = be->base.device;
+    cudaError_t err = cudaDeviceGetAttribute(&be->sm_count, cudaDevAttrMultiProcessorCount, dev);
+    if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&be->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+    if (err == cudaSuccess)
+        err = cudaDeviceGetAttribute(&be->coop_supported, cudaDevAttrCooperativeLaunch, dev);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "querying the device");
+    err = todre_cuda_select_kernels_init(be->smem_optin);
+    if (err == cudaSuccess) err = todre_cuda_relevance_kernels_init(be->smem_optin);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "configuring kernels");
+
+    cublasStatus_t bst = cublasCreate(&be->blas);
+    if (bst != CUBLAS_STATUS_SUCCESS) {
+        be->blas = NULL;
+        return todre_cublas_fail(diag, bst, "cublasCreate");
+    }
+    /* A fixed workspace keeps cuBLAS from allocating on the hot path
+     * (32 MiB is NVIDIA's recommendation for Hopper). */
+    be->blas_ws_size = (size_t)32 << 20;
+    err = cudaMalloc(&be->blas_ws, be->blas_ws_size);
+    if (err != cudaSuccess) {
+        be->blas_ws = NULL;
+        return todre_cuda_fail(diag, err, "cudaMalloc (cuBLAS workspace)");
+    }
+    /* Stream first: cublasSetStream() resets the workspace. */
+    bst = cublasSetStream(be->blas, be->stream);
+    if (bst == CUBLAS_STATUS_SUCCESS) bst = cublasSetWorkspace(be->blas, be->blas_ws, be->blas_ws_size);
+    /* Bitwise-reproducible GEMMs: no atomics-based reductions. */
+    if (bst == CUBLAS_STATUS_SUCCESS) bst = cublasSetAtomicsMode(be->blas, CUBLAS_ATOMICS_NOT_ALLOWED);
+    if (bst != CUBLAS_STATUS_SUCCESS) return todre_cublas_fail(diag, bst, "configuring cuBLAS");
+
+    err = cudaMalloc((void **)&be->nonfinite_dev, sizeof(int));
+    /* Ordered before every later call: set_stream() chains streams. */
+    if (err == cudaSuccess) err = cudaMemsetAsync(be->nonfinite_dev, 0, sizeof(int), be->stream);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "allocating the non-finite flag");
+    err = cudaMallocHost((void **)&be->nonfinite_host, sizeof(int));
+    if (err != cudaSuccess) {
+        be->nonfinite_host = NULL;
+        return todre_cuda_fail(diag, err, "cudaMallocHost");
+    }
+    *be->nonfinite_host = 0;
+    for (int i = 0; i < TODRE_CUDA_RING; i++) {
+        err = cudaEventCreateWithFlags(&be->ring[i].done, cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            be->ring[i].done = NULL;
+            return todre_cuda_fail(diag, err, "cudaEventCreate");
+        }
+    }
+    err = cudaGetLastError();
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "initialising the device");
+    return TODRE_OK;
+}
+
+TODRE_MODULE_EXPORT todre_status todre_backend_module_init(uint32_t abi_version, int device,
+                                                           struct todre_backend **out,
+                                                           struct todre_diag *diag)
+{
+    if (!out) return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
+    *out = NULL;
+    todre_status st = check_abi(abi_version, diag);
+    if (st != TODRE_OK) return st;
+    int count;
+    st = device_count(&count, diag);
+    if (st != TODRE_OK) return st;
+    if (device < 0 || device >= count)
+        return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+                               "device: %d is not a CUDA device ordinal (this machine has %d)",
+                               device, count);
+    st = check_device(device, count, diag);
+    if (st != TODRE_OK) return st;
+
+    struct todre_cuda_backend *be =
+        (struct todre_cuda_backend *)calloc(1, sizeof(struct todre_cuda_backend));
+    if (!be) return todre_cuda_diag(diag, TODRE_ERR_OUT_OF_MEMORY, "allocating the CUDA backend");
+    be->base.ops = &cuda_ops;
+    be->base.device_type = TODRE_DEVICE_CUDA;
+    be->base.device = device;
+    be->stream = NULL;
+
+    struct todre_cuda_scope sc;
+    st = todre_cuda_enter(be, &sc, diag);
+    if (st != TODRE_OK) {
+        free(be);
+        return st;
+    }
+    st = init_resources(be, diag);
+    todre_cuda_leave(&sc);
+    if (st != TODRE_OK) {
+        cuda_destroy(&be->base);
+        return st;
+    }
+    *out = &be->base;
+    return TODRE_OK;
+}

@@ -1,0 +1,114 @@
+/* Device workspace and pinned staging of the CUDA backend.
+ *
+ * Buffers grow geometrically and are never shrunk, so a steady stream of
+ * calls of similar sizes performs no cudaMalloc and no synchronisation.
+ * Growing a buffer waits for the stream first, because queued kernels of an
+ * earlier call may still read the old one. */
+#include <string.h>
+
+#include "cuda_internal.h"
+
+static size_t grown(size_t have, size_t want)
+{
+    size_t next = have + have / 2;
+    if (next < want) next = want;
+    return (next + 255u) & ~(size_t)255u;
+}
+
+todre_status todre_cuda_buf(struct todre_cuda_backend *be, enum todre_cuda_buf_id id,
+                            size_t bytes, void **out, struct todre_diag *diag)
+{
+    struct todre_cuda_buf *b = &be->buf[id];
+    if (bytes == 0) bytes = 256;
+    if (b->cap >= bytes) {
+        *out = b->ptr;
+        return TODRE_OK;
+    }
+    cudaError_t err = cudaStreamSynchronize(be->stream);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaStreamSynchronize (growing workspace)");
+    size_t cap = grown(b->cap, bytes);
+    if (b->ptr) cudaFree(b->ptr);
+    b->ptr = NULL;
+    b->cap = 0;
+    err = cudaMalloc(&b->ptr, cap);
+    if (err != cudaSuccess) {
+        b->ptr = NULL;
+        return todre_cuda_fail(diag, err, "cudaMalloc (workspace)");
+    }
+    b->cap = cap;
+    *out = b->ptr;
+    return TODRE_OK;
+}
+
+todre_status todre_cuda_stage_acquire(struct todre_cuda_backend *be, size_t bytes,
+                                      struct todre_cuda_stage **out, struct todre_diag *diag)
+{
+    struct todre_cuda_stage *s = &be->ring[be->ring_next];
+    be->ring_next = (be->ring_next + 1) % TODRE_CUDA_RING;
+    /* Blocks only when TODRE_CUDA_RING calls are queued and this slot's copy
+     * has not run yet. */
+    if (s->used) {
+        cudaError_t err = cudaEventSynchronize(s->done);
+        if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaEventSynchronize (staging)");
+    }
+    if (bytes == 0) bytes = 64;
+    if (s->cap < bytes) {
+        if (s->host) cudaFreeHost(s->host);
+        s->host = NULL;
+        size_t cap = grown(s->cap, bytes);
+        s->cap = 0;
+        cudaError_t err = cudaMallocHost(&s->host, cap);
+        if (err != cudaSuccess) {
+            s->host = NULL;
+            return todre_cuda_fail(diag, err, "cudaMallocHost (staging)");
+        }
+        s->cap = cap;
+    }
+    *out = s;
+    return TODRE_OK;
+}
+
+todre_status todre_cuda_stage_release(struct todre_cuda_backend *be, struct todre_cuda_stage *s,
+                                      struct todre_diag *diag)
+{
+    cudaError_t err = cudaEventRecord(s->done, be->stream);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaEventRecord (staging)");
+    s->used = 1;
+    return TODRE_OK;
+}
+
+todre_status todre_cuda_upload(struct todre_cuda_backend *be, enum todre_cuda_buf_id id,
+                               const void *src, size_t bytes, void **dev_out,
+                               struct todre_diag *diag)
+{
+    void *dev = NULL;
+    todre_status st = todre_cuda_buf(be, id, bytes, &dev, diag);
+    if (st != TODRE_OK) return st;
+    struct todre_cuda_stage *s;
+    st = todre_cuda_stage_acquire(be, bytes, &s, diag);
+    if (st != TODRE_OK) return st;
+    memcpy(s->host, src, bytes);
+    cudaError_t err = cudaMemcpyAsync(dev, s->host, bytes, cudaMemcpyHostToDevice, be->stream);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaMemcpyAsync (staging upload)");
+    st = todre_cuda_stage_release(be, s, diag);
+    if (st != TODRE_OK) return st;
+    *dev_out = dev;
+    return TODRE_OK;
+}
+
+void todre_cuda_workspace_free(struct todre_cuda_backend *be)
+{
+    for (int i = 0; i < TODRE_CUDA_BUF_COUNT; i++) {
+        if (be->buf[i].ptr) cudaFree(be->buf[i].ptr);
+        be->buf[i].ptr = NULL;
+        be->buf[i].cap = 0;
+    }
+    for (int i = 0; i < TODRE_CUDA_RING; i++) {
+        if (be->ring[i].host) cudaFreeHost(be->ring[i].host);
+        if (be->ring[i].done) cudaEventDestroy(be->ring[i].done);
+        be->ring[i].host = NULL;
+        be->ring[i].done = NULL;
+        be->ring[i].cap = 0;
+        be->ring[i].used = 0;
+    }
+}

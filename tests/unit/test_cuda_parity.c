@@ -1,0 +1,678 @@
+/* CUDA against CPU on the same inputs: stage-1 selections (every objective and
+ * pivot, the three input dtypes, both CUDA paths, ragged batches that mix
+ * them, the real LLaVA-NeXT shape), the non-finite contract of the
+ * asynchronous backend, streams and workspace reuse, and stage-2 ratios from
+ * probabilities and from Q/K.
+ *
+ * Kept indices must equal the CPU's; where they differ (a near-tie broken
+ * differently by another summation order) the CUDA trajectory must pass the
+ * float64 validity oracle. Ratios agree within 1e-4.
+ *
+ * Exits 77 (skipped) where CUDA cannot run or the test was built without the
+ * CUDA toolkit. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle.h"
+#include "todre_test.h"
+
+#ifndef TODRE_TEST_HAVE_CUDART
+
+int main(void)
+{
+    printf("skipped: built without the CUDA toolkit (no device allocation possible)\n");
+    return 77;
+}
+
+#else
+
+#include <cuda_runtime_api.h>
+
+/* ---- device helpers ------------------------------------------------------- */
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) fail_msg("cudaMalloc(%zu) failed", bytes);
+    return p;
+}
+
+static void *dev_copy(const void *src, size_t bytes)
+{
+    void *p = dev_alloc(bytes);
+    if (cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess) fail_msg("cudaMemcpy H2D");
+    return p;
+}
+
+static void dev_read(void *dst, const void *src, size_t bytes)
+{
+    if (cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) fail_msg("cudaMemcpy D2H");
+}
+
+static todre_tensor *dev_tensor(void *p, todre_dtype dt, int rank, const int64_t *shape,
+                                const int64_t *strides)
+{
+    todre_tensor *t = NULL;
+    tt_assert_ok(todre_tensor_create(p, dt, TODRE_DEVICE_CUDA, 0, rank, shape, strides, &t));
+    return t;
+}
+
+static todre_context *cuda_ctx(int64_t strategy, int64_t limit)
+{
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx));
+    tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_SELECT_STRATEGY, strategy));
+    if (limit >= 0) tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, limit));
+    return ctx;
+}
+
+/* ---- stage-1 inputs ----------------------------------------------------------- */
+
+struct input {
+    todre_dtype dt;
+    int64_t n, d, ld;
+    void *host;  /* n * ld elements of dt (padding NaN) */
+    float *cls;  /* n floats */
+    size_t bytes;
+};
+
+static void input_make(struct input *in, todre_dtype dt, int64_t n, int64_t d, int64_t ld,
+                       uint64_t seed)
+{
+    in->dt = dt;
+    in->n = n;
+    in->d = d;
+    in->ld = ld;
+    float *f = malloc(sizeof(float) * (size_t)(n * ld));
+    assert_non_null(f);
+    tt_fill_clustered(f, n, d, ld, 12, 0.6, seed);
+    in->bytes = tt_dtype_size(dt) * (size_t)(n * ld);
+    if (dt == TODRE_DTYPE_F32) {
+        in->host = f;
+    } else {
+        in->host = malloc(in->bytes);
+        assert_non_null(in->host);
+        if (dt == TODRE_DTYPE_F16) tt_to_f16(in->host, f, (size_t)(n * ld));
+        else tt_to_bf16(in->host, f, (size_t)(n * ld));
+        free(f);
+    }
+    in->cls = malloc(sizeof(float) * (size_t)n);
+    assert_non_null(in->cls);
+    tt_rng r = {seed ^ 0x5bd1e995u};
+    for (int64_t i = 0; i < n; i++) in->cls[i] = (float)tt_rng_uniform(&r);
+}
+
+static void input_free(struct input *in)
+{
+    free(in->host);
+    free(in->cls);
+}
+
+struct sel_case {
+    todre_objective obj;
+    todre_pivot piv;
+    int64_t lo, hi, seed;
+    int use_cls;
+};
+
+static todre_select_config *case_config(const struct sel_case *sc, int64_t k)
+{
+    todre_select_config *cfg = tt_config(sc->obj, sc->piv, k, TODRE_ORDER_BOTH);
+    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_LO, sc->lo));
+    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_HI, sc->hi));
+    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_SEED, sc->seed));
+    return cfg;
+}
+
+/* The CUDA trajectory of one set equals the CPU's, or is a valid greedy
+ * trajectory (float64 oracle) with the same pivot rule. */
+static void check_set(const struct input *in, const void *emb_rows, const float *cls_rows,
+                      int64_t n, const struct sel_case *sc, const int64_t *sel_cpu,
+                      const int64_t *sel_gpu, const int64_t *pos_gpu, int64_t k, const char *what)
+{
+    tt_assert_position_order(sel_gpu, pos_gpu, k, n);
+    if (memcmp(sel_cpu, sel_gpu, sizeof(int64_t) * (size_t)k) == 0) return;
+    int exact = sc->obj == TODRE_OBJECTIVE_CLS_TOPK || sc->piv == TODRE_PIVOT_RANDOM ||
+                sc->piv == TODRE_PIVOT_CLS;
+    if (exact && (sc->obj == TODRE_OBJECTIVE_CLS_TOPK || sel_cpu[0] != sel_gpu[0]))
+        fail_msg("%s: CUDA differs from CPU where the choice is exact (first %lld vs %lld)", what,
+                 (long long)sel_gpu[0], (long long)sel_cpu[0]);
+    struct tt_problem p;
+    tt_problem_init(&p, emb_rows, in->dt, n, in->d, in->ld, sc->use_cls ? cls_rows : NULL,
+                    TODRE_DTYPE_F32, sc->obj, sc->piv, sc->lo, sc->hi);
+    char msg[512] = "";
+    int64_t bad = tt_check_trajectory(&p, sel_gpu, k, msg, sizeof msg);
+    tt_problem_free(&p);
+    if (bad >= 0) fail_msg("%s: CUDA trajectory invalid at step %lld: %s", what, (long long)bad, msg);
+}
+
+/* One set on CPU and on CUDA (ORDER_BOTH), compared. */
+static void compare_single(const struct input *in, const struct sel_case *sc, int64_t k,
+                           int64_t strategy, int64_t limit, const char *what)
+{
+    int64_t n = in->n;
+    todre_select_config *cfg = case_config(sc, k);
+    int64_t *sel_c = malloc(sizeof(int64_t) * (size_t)k), *pos_c = malloc(sizeof(int64_t) * (size_t)k);
+    int64_t *both = malloc(sizeof(int64_t) * (size_t)(2 * k));
+    assert_true(sel_c && pos_c && both);
+
+    todre_context *cpu = tt_cpu_context();
+    todre_tensor *emb_h = tt_tensor2(in->host, in->dt, n, in->d, in->ld);
+    todre_tensor *cls_h = sc->use_cls ? tt_tensor1(in->cls, TODRE_DTYPE_F32, n) : NULL;
+    tt_assert_ok(tt_select_both(cpu, cfg, emb_h, cls_h, k, sel_c, pos_c));
+
+    todre_context *gpu = cuda_ctx(strategy, limit);
+    void *emb_d = dev_copy(in->host, in->bytes);
+    void *cls_d = dev_copy(in->cls, sizeof(float) * (size_t)n);
+    int64_t *out_d = dev_alloc(sizeof(int64_t) * (size_t)(2 * k));
+    int64_t eshape[2] = {n, in->d}, estr[2] = {in->ld, 1}, oshape[2] = {2, k};
+    todre_tensor *emb_t = dev_tensor(emb_d, in->dt, 2, eshape, estr);
+    todre_tensor *cls_t = sc->use_cls ? dev_tensor(cls_d, TODRE_DTYPE_F32, 1, &n, NULL) : NULL;
+    todre_tensor *out_t = dev_tensor(out_d, TODRE_DTYPE_I64, 2, oshape, NULL);
+    tt_assert_ok(todre_select(gpu, cfg, emb_t, cls_t, out_t));
+    tt_assert_ok(todre_context_synchronize(gpu));
+    dev_read(both, out_d, sizeof(int64_t) * (size_t)(2 * k));
+    check_set(in, in->host, in->cls, n, sc, sel_c, both, both + k, k, what);
+
+    todre_tensor_destroy(out_t);
+    todre_tensor_destroy(cls_t);
+    todre_tensor_destroy(emb_t);
+    cudaFree(out_d);
+    cudaFree(cls_d);
+    cudaFree(emb_d);
+    todre_context_destroy(gpu);
+    todre_tensor_destroy(cls_h);
+    todre_tensor_destroy(emb_h);
+    todre_context_destroy(cpu);
+    todre_select_config_destroy(cfg);
+    free(both);
+    free(pos_c);
+    free(sel_c);
+}
+
+static const struct sel_case CASES[] = {
+    {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0},
+    {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_FARTHEST, 0, -1, 0, 0},
+    {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 0, -1, 0, 1},
+    {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_RANDOM, 0, -1, 12345, 0},
+    {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 50, 150, 0, 0},
+    {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_ISOLATED, 0, -1, 0, 0},
+    {TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_AUTO, 0, -1, 0, 0},
+    {TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_ISOLATED, 10, 90, 0, 0},
+    {TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_CENTER, 0, -1, 0, 0},
+    {TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_RANDOM, 3, 200, -7, 0},
+    {TODRE_OBJECTIVE_CLS_TOPK, TODRE_PIVOT_AUTO, 0, -1, 0, 1},
+};
+
+/* Every objective and pivot, f32 / f16 / bf16, aligned rows (vector loads)
+ * and odd rows (scalar loads), on both CUDA paths. */
+static void test_single_set_sweep(void **state)
+{
+    (void)state;
+    const todre_dtype dts[3] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
+    const int64_t layouts[2][2] = {{128, 136}, {100, 103}}; /* d, ld */
+    const int64_t strategies[2] = {1, 2};
+    for (int t = 0; t < 3; t++)
+        for (int l = 0; l < 2; l++) {
+            struct input in;
+            input_make(&in, dts[t], 400, layouts[l][0], layouts[l][1], 100 + (uint64_t)(t * 2 + l));
+            for (size_t c = 0; c < sizeof CASES / sizeof CASES[0]; c++)
+                for (int s = 0; s < 2; s++) {
+                    char what[128];
+                    snprintf(what, sizeof what, "dtype %d d %lld case %zu strategy %lld", (int)dts[t],
+                             (long long)in.d, c, (long long)strategies[s]);
+                    compare_single(&in, &CASES[c], 60, strategies[s], -1, what);
+                }
+            input_free(&in);
+        }
+}
+
+/* The real LLaVA-NeXT shape: n = 2880, d = 4096, f16, k = 288 and 720, on
+ * the Gram path and the matrix-vector path. */
+static void test_llava_next_shape(void **state)
+{
+    (void)state;
+    struct input in;
+    input_make(&in, TODRE_DTYPE_F16, 2880, 4096, 4096, 7);
+    struct sel_case sc = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0};
+    compare_single(&in, &sc, 288, 2, -1, "2880x4096 k=288 Gram");
+    compare_single(&in, &sc, 288, 1, -1, "2880x4096 k=288 matrix-vector");
+    compare_single(&in, &sc, 720, 0, -1, "2880x4096 k=720 auto");
+    struct sel_case mm = {TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_AUTO, 0, -1, 0, 0};
+    compare_single(&in, &mm, 288, 0, -1, "2880x4096 MAX_MIN k=288 auto");
+    input_free(&in);
+}
+
+/* ---- ragged batches ---------------------------------------------------------------- */
+
+#define NSETS 8
+static const int64_t SET_N[NSETS] = {1, 5, 300, 64, 777, 2, 128, 300};
+
+struct batch_out {
+    int64_t off[NSETS + 1];
+    int64_t *both; /* [2, K] */
+    int64_t K;
+    todre_status st, sync_st;
+    char msg[512]; /* message of the first failure (call or synchronize) */
+};
+
+/* Run a batch (ratio 0.25) on ctx; device copies when cuda. */
+static void run_batch(todre_context *ctx, int cuda, const struct input *in, const struct sel_case *sc,
+                      struct batch_out *o)
+{
+    int64_t offsets[NSETS + 1] = {0};
+    for (int b = 0; b < NSETS; b++) offsets[b + 1] = offsets[b] + SET_N[b];
+    todre_select_config *cfg = case_config(sc, 0);
+    tt_assert_ok(todre_select_config_set_ratio(cfg, 0.25));
+    memset(o->off, 0, sizeof o->off);
+    o->K = 0;
+    for (int b = 0; b < NSETS; b++) {
+        int64_t k;
+        tt_assert_ok(todre_select_keep_count(cfg, SET_N[b], &k));
+        o->K += k;
+    }
+    o->both = malloc(sizeof(int64_t) * (size_t)(2 * o->K));
+    assert_non_null(o->both);
+    int64_t N = offsets[NSETS], oshape[2] = {2, o->K}, eshape[2] = {N, in->d}, estr[2] = {in->ld, 1};
+    todre_tensor *offs = tt_tensor1(offsets, TODRE_DTYPE_I64, NSETS + 1);
+    todre_tensor *ooffs = tt_tensor1(o->off, TODRE_DTYPE_I64, NSETS + 1);
+    void *emb = in->host, *cls = in->cls, *out = o->both;
+    if (cuda) {
+        emb = dev_copy(in->host, in->bytes);
+        cls = dev_copy(in->cls, sizeof(float) * (size_t)N);
+        out = dev_alloc(sizeof(int64_t) * (size_t)(2 * o->K));
+    }
+    todre_tensor *emb_t, *cls_t = NULL, *out_t;
+    if (cuda) {
+        emb_t = dev_tensor(emb, in->dt, 2, eshape, estr);
+        if (sc->use_cls) cls_t = dev_tensor(cls, TODRE_DTYPE_F32, 1, &N, NULL);
+        out_t = dev_tensor(out, TODRE_DTYPE_I64, 2, oshape, NULL);
+    } else {
+        emb_t = tt_tensor(emb, in->dt, 2, eshape, estr);
+        if (sc->use_cls) cls_t = tt_tensor1(cls, TODRE_DTYPE_F32, N);
+        out_t = tt_tensor(out, TODRE_DTYPE_I64, 2, oshape, NULL);
+    }
+    o->msg[0] = '\0';
+    o->st = todre_select_batch(ctx, cfg, emb_t, cls_t, offs, NULL, out_t, ooffs);
+    if (o->st != TODRE_OK) snprintf(o->msg, sizeof o->msg, "%s", todre_context_last_error(ctx));
+    o->sync_st = todre_context_synchronize(ctx);
+    if (o->st == TODRE_OK && o->sync_st != TODRE_OK)
+        snprintf(o->msg, sizeof o->msg, "%s", todre_context_last_error(ctx));
+    if (cuda) {
+        dev_read(o->both, out, sizeof(int64_t) * (size_t)(2 * o->K));
+        cudaFree(out);
+        cudaFree(cls);
+        cudaFree(emb);
+    }
+    todre_tensor_destroy(out_t);
+    todre_tensor_destroy(cls_t);
+    todre_tensor_destroy(emb_t);
+    todre_tensor_destroy(ooffs);
+    todre_tensor_destroy(offs);
+    todre_select_config_destroy(cfg);
+}
+
+static void compare_batch(const struct input *in, const struct batch_out *c,
+                          const struct batch_out *g, const struct sel_case *sc, const char *what)
+{
+    assert_int_equal(c->K, g->K);
+    size_t es = tt_dtype_size(in->dt);
+    int64_t row = 0;
+    for (int b = 0; b < NSETS; b++) {
+        assert_int_equal(c->off[b], g->off[b]);
+        int64_t k = g->off[b + 1] - g->off[b];
+        char w[160];
+        snprintf(w, sizeof w, "%s, set %d (n = %lld)", what, b, (long long)SET_N[b]);
+        struct sel_case local = *sc;
+        if (local.hi > SET_N[b]) local.hi = -1;
+        check_set(in, (const char *)in->host + (size_t)(row * in->ld) * es, in->cls + row, SET_N[b],
+                  &local, c->both + c->off[b], g->both + g->off[b], g->both + g->K + g->off[b], k, w);
+        row += SET_N[b];
+    }
+}
+
+/* One launch for many sets: a workspace limit that fits the 300-row Grams
+ * but not the 777-row one mixes both paths in a single call; every set must
+ * come out as the CPU computes it. */
+static void test_ragged_batch_mixed_paths(void **state)
+{
+    (void)state;
+    int64_t N = 0;
+    for (int b = 0; b < NSETS; b++) N += SET_N[b];
+    static const struct sel_case bc[] = {
+        {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0},
+        {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 0, -1, 0, 1},
+        {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_RANDOM, 0, -1, 99, 0},
+        {TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_ISOLATED, 0, -1, 0, 0},
+        {TODRE_OBJECTIVE_CLS_TOPK, TODRE_PIVOT_AUTO, 0, -1, 0, 1},
+    };
+    const todre_dtype dts[2] = {TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
+    const int64_t limits[3] = {300 * 300 * 4, 0, (int64_t)1 << 30};
+    for (int t = 0; t < 2; t++) {
+        struct input in;
+        input_make(&in, dts[t], N, 64, 64, 40 + (uint64_t)t);
+        for (size_t c = 0; c < sizeof bc / sizeof bc[0]; c++) {
+            todre_context *cpu = tt_cpu_context();
+            struct batch_out oc;
+            run_batch(cpu, 0, &in, &bc[c], &oc);
+            tt_assert_ok(oc.st);
+            for (int l = 0; l < 3; l++) {
+                todre_context *gpu = cuda_ctx(0, limits[l]);
+                struct batch_out og;
+                run_batch(gpu, 1, &in, &bc[c], &og);
+                tt_assert_ok(og.st);
+                tt_assert_ok(og.sync_st);
+                char what[96];
+                snprintf(what, sizeof what, "dtype %d case %zu limit %lld", (int)dts[t], c,
+                         (long long)limits[l]);
+                compare_batch(&in, &oc, &og, &bc[c], what);
+                free(og.both);
+                todre_context_destroy(gpu);
+            }
+            free(oc.both);
+            todre_context_destroy(cpu);
+        }
+        input_free(&in);
+    }
+}
+
+/* ---- asynchronous contract ---------------------------------------------------------- */
+
+/* NaN in one set of a batch: the asynchronous call may return OK, but
+ * todre_context_synchronize() reports NONFINITE naming the tensor, that
+ * set's outputs are -1, the others are the CPU's, and the report is given
+ * once (the next clean call synchronizes OK). */
+static void test_nonfinite_is_reported(void **state)
+{
+    (void)state;
+    int64_t N = 0;
+    for (int b = 0; b < NSETS; b++) N += SET_N[b];
+    struct input in;
+    input_make(&in, TODRE_DTYPE_F32, N, 32, 32, 5);
+    struct sel_case sc = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0};
+    todre_context *cpu = tt_cpu_context();
+    struct batch_out clean;
+    run_batch(cpu, 0, &in, &sc, &clean);
+    tt_assert_ok(clean.st);
+
+    int64_t bad_row = SET_N[0] + SET_N[1] + SET_N[2] + 17; /* set 3 */
+    ((float *)in.host)[bad_row * in.ld + 5] = NAN;
+    todre_context *gpu = cuda_ctx(0, -1);
+    struct batch_out g;
+    run_batch(gpu, 1, &in, &sc, &g);
+    /* A synchronous report (NONFINITE from the call itself) would also keep
+     * the contract; then the outputs are unspecified and not checked. */
+    assert_true(g.st == TODRE_OK || g.st == TODRE_ERR_NONFINITE);
+    if (g.st == TODRE_OK) assert_int_equal(g.sync_st, TODRE_ERR_NONFINITE);
+    assert_non_null(strstr(g.msg, "embeddings"));
+    for (int b = 0; b < NSETS && g.st == TODRE_OK; b++) {
+        int64_t k = g.off[b + 1] - g.off[b];
+        for (int64_t i = 0; i < k; i++) {
+            int64_t sel = g.both[g.off[b] + i], pos = g.both[g.K + g.off[b] + i];
+            if (b == 3) {
+                assert_int_equal(sel, -1);
+                assert_int_equal(pos, -1);
+            } else {
+                assert_int_equal(sel, clean.both[clean.off[b] + i]);
+            }
+        }
+    }
+    free(g.both);
+    ((float *)in.host)[bad_row * in.ld + 5] = 0.5f;
+    run_batch(gpu, 1, &in, &sc, &g);
+    tt_assert_ok(g.st);
+    tt_assert_ok(g.sync_st);
+    free(g.both);
+
+    /* Inf in the CLS map is reported as the cls tensor. */
+    struct sel_case cs = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 0, -1, 0, 1};
+    in.cls[3] = INFINITY;
+    run_batch(gpu, 1, &in, &cs, &g);
+    assert_true(g.st == TODRE_ERR_NONFINITE ||
+                (g.st == TODRE_OK && g.sync_st == TODRE_ERR_NONFINITE));
+    assert_non_null(strstr(g.msg, "cls"));
+    free(g.both);
+
+    free(clean.both);
+    todre_context_destroy(gpu);
+    todre_context_destroy(cpu);
+    input_free(&in);
+}
+
+/* Work goes to the stream set on the context: results are complete after a
+ * plain cudaStreamSynchronize on it. Repeated calls reuse the workspace and
+ * give identical results. */
+static void test_stream_and_reuse(void **state)
+{
+    (void)state;
+    struct input in;
+    input_make(&in, TODRE_DTYPE_F16, 1000, 256, 256, 11);
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    todre_context *gpu = cuda_ctx(0, -1);
+    tt_assert_ok(todre_context_set_stream(gpu, (void *)stream));
+    const int64_t k = 100, reps = 4;
+    todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, k,
+                                         TODRE_ORDER_SELECTION);
+    void *emb = dev_copy(in.host, in.bytes);
+    int64_t *out = dev_alloc(sizeof(int64_t) * (size_t)(k * reps));
+    int64_t eshape[2] = {in.n, in.d};
+    todre_tensor *emb_t = dev_tensor(emb, in.dt, 2, eshape, NULL);
+    for (int64_t r = 0; r < reps; r++) {
+        todre_tensor *out_t = dev_tensor(out + r * k, TODRE_DTYPE_I64, 1, &k, NULL);
+        tt_assert_ok(todre_select(gpu, cfg, emb_t, NULL, out_t));
+        todre_tensor_destroy(out_t);
+    }
+    assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+    int64_t *host = malloc(sizeof(int64_t) * (size_t)(k * reps));
+    dev_read(host, out, sizeof(int64_t) * (size_t)(k * reps));
+    for (int64_t r = 1; r < reps; r++)
+        assert_memory_equal(host, host + r * k, sizeof(int64_t) * (size_t)k);
+    tt_assert_ok(todre_context_set_stream(gpu, NULL));
+    tt_assert_ok(todre_context_synchronize(gpu));
+
+    /* A host output buffer given as CUDA memory is named. */
+    int64_t *host_out = calloc((size_t)k, sizeof(int64_t));
+    todre_tensor *bad_out = dev_tensor(host_out, TODRE_DTYPE_I64, 1, &k, NULL);
+    tt_assert_fails(gpu, todre_select(gpu, cfg, emb_t, NULL, bad_out), TODRE_ERR_INVALID_ARGUMENT,
+                    "out");
+    todre_tensor_destroy(bad_out);
+    free(host_out);
+
+    free(host);
+    todre_tensor_destroy(emb_t);
+    cudaFree(out);
+    cudaFree(emb);
+    todre_select_config_destroy(cfg);
+    todre_context_destroy(gpu);
+    cudaStreamDestroy(stream);
+    input_free(&in);
+}
+
+/* ---- stage 2 ---------------------------------------------------------------------------- */
+
+#define RB 2
+#define RK 160
+
+/* Sequence 0: [system 8 | visual 100 | text 52] (alpha_v2t = 0 by causality);
+ * sequence 1: [system 4 | text 30 | visual 100 | text 26] (question first). */
+static void make_types(uint8_t *types)
+{
+    for (int64_t j = 0; j < RK; j++) {
+        types[j] = j < 8 ? TODRE_TOKEN_SYSTEM : j < 108 ? TODRE_TOKEN_VISUAL : TODRE_TOKEN_TEXT;
+        types[RK + j] = j < 4 ? TODRE_TOKEN_SYSTEM
+                      : j < 34 ? TODRE_TOKEN_TEXT
+                      : j < 134 ? TODRE_TOKEN_VISUAL : TODRE_TOKEN_TEXT;
+    }
+}
+
+static todre_relevance *make_rel(const uint8_t *types)
+{
+    todre_relevance *rel = NULL;
+    tt_assert_ok(todre_relevance_create(1, RB, &rel));
+    int64_t layer0 = 0;
+    tt_assert_ok(todre_relevance_set_probe_layers(rel, &layer0, 1));
+    int64_t shape[2] = {RB, RK};
+    todre_tensor *t = tt_tensor((void *)types, TODRE_DTYPE_U8, 2, shape, NULL);
+    tt_assert_ok(todre_relevance_set_types(rel, t));
+    todre_tensor_destroy(t);
+    return rel;
+}
+
+static void read_ratios(todre_relevance *rel, double *r)
+{
+    for (int b = 0; b < RB; b++)
+        tt_assert_ok(todre_relevance_ratios(rel, b, 0, &r[2 * b], &r[2 * b + 1]));
+}
+
+static void assert_ratios_close(const double *a, const double *b, const char *what)
+{
+    for (int i = 0; i < 2 * RB; i++)
+        if (!(fabs(a[i] - b[i]) <= 1e-4))
+            fail_msg("%s: ratio %d: CPU %.8f CUDA %.8f", what, i, a[i], b[i]);
+}
+
+/* Probabilities in a [B, Q, H, K] buffer viewed as [B, H, Q, K] (strided),
+ * full prefill and a chunk (Q < K), f32 / f16 / bf16. */
+static void test_relevance_probs(void **state)
+{
+    (void)state;
+    const int64_t H = 4;
+    uint8_t types[RB * RK];
+    make_types(types);
+    const todre_dtype dts[3] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
+    const int64_t Qs[2] = {RK, 40};
+    tt_rng rng = {77};
+    for (int t = 0; t < 3; t++)
+        for (int qi = 0; qi < 2; qi++) {
+            int64_t Q = Qs[qi];
+            size_t count = (size_t)(RB * Q * H * RK);
+            size_t es = tt_dtype_size(dts[t]);
+            void *host = malloc(es * count);
+            assert_non_null(host);
+            for (int64_t b = 0; b < RB; b++)
+                for (int64_t i = 0; i < Q; i++)
+                    for (int64_t h = 0; h < H; h++) {
+                        int64_t pos = RK - Q + i;
+                        double z = 0, row[RK];
+                        for (int64_t j = 0; j < RK; j++) {
+                            row[j] = j <= pos ? exp(2.0 * tt_rng_normal(&rng)) : 0.0;
+                            z += row[j];
+                        }
+                        for (int64_t j = 0; j < RK; j++)
+                            tt_store(host, dts[t], (size_t)(((b * Q + i) * H + h) * RK + j), row[j] / z);
+                    }
+            int64_t shape[4] = {RB, H, Q, RK}, str[4] = {Q * H * RK, RK, H * RK, 1};
+            double rc[2 * RB], rg[2 * RB];
+
+            todre_context *cpu = tt_cpu_context();
+            todre_relevance *rel = make_rel(types);
+            todre_tensor *a = tt_tensor(host, dts[t], 4, shape, str);
+            tt_assert_ok(todre_relevance_observe_probs(cpu, rel, 0, a, NULL));
+            read_ratios(rel, rc);
+            todre_tensor_destroy(a);
+            todre_relevance_destroy(rel);
+            todre_context_destroy(cpu);
+
+            todre_context *gpu = cuda_ctx(0, -1);
+            void *dev = dev_copy(host, es * count);
+            rel = make_rel(types);
+            a = dev_tensor(dev, dts[t], 4, shape, str);
+            tt_assert_ok(todre_relevance_observe_probs(gpu, rel, 0, a, NULL));
+            read_ratios(rel, rg);
+            todre_tensor_destroy(a);
+            todre_relevance_destroy(rel);
+            todre_context_destroy(gpu);
+            cudaFree(dev);
+
+            char what[64];
+            snprintf(what, sizeof what, "probs dtype %d Q %lld", (int)dts[t], (long long)Q);
+            assert_ratios_close(rc, rg, what);
+            assert_true(rg[0] > 0.0 && rg[2] > 0.0); /* both sequences see visual keys */
+            assert_true(rg[3] > 0.0);                /* question-first: v2t is not 0 */
+            free(host);
+        }
+}
+
+/* Q and K with grouped-query attention (8 query heads over 2 key heads), K
+ * stored [B, K, H_kv, dh] (strided), a head size that is not a multiple of
+ * the kernel's chunk, full prefill and a chunk. */
+static void test_relevance_qk(void **state)
+{
+    (void)state;
+    const int64_t H = 8, Hkv = 2;
+    uint8_t types[RB * RK];
+    make_types(types);
+    const todre_dtype dts[3] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
+    const int64_t Qs[2] = {RK, 48}, dhs[2] = {64, 80};
+    tt_rng rng = {99};
+    for (int t = 0; t < 3; t++)
+        for (int qi = 0; qi < 2; qi++)
+            for (int di = 0; di < 2; di++) {
+                int64_t Q = Qs[qi], dh = dhs[di];
+                size_t es = tt_dtype_size(dts[t]);
+                size_t qn = (size_t)(RB * H * Q * dh), kn = (size_t)(RB * RK * Hkv * dh);
+                void *qh = malloc(es * qn), *kh = malloc(es * kn);
+                assert_true(qh && kh);
+                for (size_t x = 0; x < qn; x++) tt_store(qh, dts[t], x, tt_rng_normal(&rng));
+                for (size_t x = 0; x < kn; x++) tt_store(kh, dts[t], x, tt_rng_normal(&rng));
+                int64_t qshape[4] = {RB, H, Q, dh};
+                int64_t kshape[4] = {RB, Hkv, RK, dh}, kstr[4] = {RK * Hkv * dh, dh, Hkv * dh, 1};
+                double rc[2 * RB], rg[2 * RB];
+
+                todre_context *cpu = tt_cpu_context();
+                todre_relevance *rel = make_rel(types);
+                todre_tensor *qt = tt_tensor(qh, dts[t], 4, qshape, NULL);
+                todre_tensor *kt = tt_tensor(kh, dts[t], 4, kshape, kstr);
+                tt_assert_ok(todre_relevance_observe_qk(cpu, rel, 0, qt, kt, 0.0, NULL));
+                read_ratios(rel, rc);
+                todre_tensor_destroy(kt);
+                todre_tensor_destroy(qt);
+                todre_relevance_destroy(rel);
+                todre_context_destroy(cpu);
+
+                todre_context *gpu = cuda_ctx(0, -1);
+                void *qd = dev_copy(qh, es * qn), *kd = dev_copy(kh, es * kn);
+                rel = make_rel(types);
+                qt = dev_tensor(qd, dts[t], 4, qshape, NULL);
+                kt = dev_tensor(kd, dts[t], 4, kshape, kstr);
+                tt_assert_ok(todre_relevance_observe_qk(gpu, rel, 0, qt, kt, 0.0, NULL));
+                read_ratios(rel, rg);
+                todre_tensor_destroy(kt);
+                todre_tensor_destroy(qt);
+                todre_relevance_destroy(rel);
+                todre_context_destroy(gpu);
+                cudaFree(kd);
+                cudaFree(qd);
+
+                char what[80];
+                snprintf(what, sizeof what, "qk dtype %d Q %lld dh %lld", (int)dts[t], (long long)Q,
+                         (long long)dh);
+                assert_ratios_close(rc, rg, what);
+                free(kh);
+                free(qh);
+            }
+}
+
+int main(void)
+{
+    int avail = 0;
+    if (todre_backend_available(TODRE_BACKEND_CUDA, &avail) != TODRE_OK || !avail) {
+        printf("skipped: CUDA backend unavailable: %s\n", todre_last_error());
+        return 77;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_set_sweep),
+        cmocka_unit_test(test_ragged_batch_mixed_paths),
+        cmocka_unit_test(test_nonfinite_is_reported),
+        cmocka_unit_test(test_stream_and_reuse),
+        cmocka_unit_test(test_relevance_probs),
+        cmocka_unit_test(test_relevance_qk),
+        cmocka_unit_test(test_llava_next_shape),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
+
+#endif /* TODRE_TEST_HAVE_CUDART */
