@@ -85,13 +85,15 @@ PY
 # 1. Release
 build_and_ctest build Release -DCMAKE_BUILD_TYPE=Release
 
-# 2. Sanitizers. No LSan suppressions are needed: OpenBLAS's and libgomp's
+# 2. Sanitizers. The float64 reference fixtures are shared with the Release
+# build (the generators skip work whose stamp matches). No LSan suppressions are needed: OpenBLAS's and libgomp's
 # per-thread buffers stay reachable from their globals, which LSan accepts.
 export ASAN_OPTIONS=detect_leaks=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 build_and_ctest build-asan "ASan+UBSan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTODRE_SANITIZE=address,undefined -DTODRE_CUDA=OFF -DTODRE_BUILD_BENCH=OFF \
-  -DTODRE_BUILD_CLI=ON -DTODRE_BUILD_TESTS=ON -DTODRE_BUILD_DOCS=OFF
+  -DTODRE_BUILD_CLI=ON -DTODRE_BUILD_TESTS=ON -DTODRE_BUILD_DOCS=OFF \
+  -DTODRE_TEST_DATA="$PWD/build/tests/data"
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 # 3. Python package. ctest runs its pytest suite from the source tree when

@@ -171,7 +171,11 @@ typedef enum todre_context_param {
      *  products, 2 = Gram matrix (still bounded by WORKSPACE_LIMIT; a Gram
      *  request that does not fit falls back to 1). Default 0. */
     TODRE_CONTEXT_SELECT_STRATEGY = 1,
-    /** Threads the CPU backend may use; 0 = all available (default). */
+    /** Threads the CPU backend may use; 0 = all available (default). A
+     *  non-zero value also sets OpenBLAS's process-wide thread count for the
+     *  duration of each BLAS call the context makes (restored afterwards), so
+     *  use it from one thread at a time across contexts; with 0, OpenBLAS's
+     *  own setting (OPENBLAS_NUM_THREADS) is left alone. */
     TODRE_CONTEXT_NUM_THREADS = 2
 } todre_context_param;
 

@@ -1,0 +1,151 @@
+/* Stage-1 timing of libtodre alone (no Python in the process):
+ *
+ *   bench_select [n d k dtype strategy reps threads objective pivot]
+ *
+ * defaults 2880 4096 288 f16 auto 7 0 max-sum cls; dtype f32|f16|bf16,
+ * strategy auto|gemv|gram, objective max-sum|max-min|cls-topk, pivot
+ * auto|cls|center|farthest|random|isolated. Prints the median and minimum
+ * of `reps` timed calls (after one warm-up call that sizes the workspace)
+ * and the first selected indices, so runs can be compared. Data: tokens
+ * around 48 centres plus noise and a shared offset (deterministic). */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "half.h"
+#include "todre/todre.h"
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static uint64_t rng_state = 0x1234567u;
+static double uniform(void)
+{
+    rng_state = rng_state * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng_state >> 11) * (1.0 / 9007199254740992.0);
+}
+static float gauss(void)
+{
+    /* sum of 4 uniforms: cheap, roughly normal, enough for timing data */
+    return (float)((uniform() + uniform() + uniform() + uniform() - 2.0) * 1.732);
+}
+
+static int lookup(const char *s, const char *const *names, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (strcmp(s, names[i]) == 0) return i;
+    fprintf(stderr, "unknown value '%s'\n", s);
+    exit(2);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void make_data(int64_t n, int64_t d, int dtype, void *emb, float *cls)
+{
+    float *centres = malloc((size_t)48 * d * sizeof *centres);
+    float *offset = malloc((size_t)d * sizeof *offset);
+    for (int64_t i = 0; i < 48 * d; i++) centres[i] = gauss();
+    for (int64_t j = 0; j < d; j++) offset[j] = 0.8f * gauss();
+    for (int64_t i = 0; i < n; i++) {
+        const float *c = centres + (int64_t)(uniform() * 48) * d;
+        for (int64_t j = 0; j < d; j++) {
+            float v = c[j] + 0.6f * gauss() + offset[j];
+            if (dtype == TODRE_DTYPE_F32) ((float *)emb)[i * d + j] = v;
+            else if (dtype == TODRE_DTYPE_F16) ((uint16_t *)emb)[i * d + j] = todre_f32_to_f16(v);
+            else ((uint16_t *)emb)[i * d + j] = todre_f32_to_bf16(v);
+        }
+        cls[i] = (float)uniform();
+    }
+    free(centres);
+    free(offset);
+}
+
+#define CHECK(call)                                                                   \
+    do {                                                                              \
+        todre_status st_ = (call);                                                    \
+        if (st_ != TODRE_OK) {                                                        \
+            fprintf(stderr, "%s: %s (%s)\n", #call, todre_status_string(st_),         \
+                    todre_last_error());                                              \
+            return 1;                                                                 \
+        }                                                                             \
+    } while (0)
+
+int main(int argc, char **argv)
+{
+    static const char *const dtypes[] = {"f32", "f16", "bf16"};
+    static const char *const strategies[] = {"auto", "gemv", "gram"};
+    static const char *const objectives[] = {"max-sum", "max-min", "cls-topk"};
+    static const char *const pivots[] = {"auto", "cls", "center", "farthest", "random", "isolated"};
+    int64_t n = argc > 1 ? atoll(argv[1]) : 2880;
+    int64_t d = argc > 2 ? atoll(argv[2]) : 4096;
+    int64_t k = argc > 3 ? atoll(argv[3]) : 288;
+    int dtype = argc > 4 ? lookup(argv[4], dtypes, 3) : TODRE_DTYPE_F16;
+    int strategy = argc > 5 ? lookup(argv[5], strategies, 3) : 0;
+    int reps = argc > 6 ? atoi(argv[6]) : 7;
+    int threads = argc > 7 ? atoi(argv[7]) : 0;
+    int objective = argc > 8 ? lookup(argv[8], objectives, 3) : 0;
+    int pivot = argc > 9 ? lookup(argv[9], pivots, 6) : 1;
+    if (n < 1 || d < 1 || k < 1 || k > n || reps < 1) {
+        fprintf(stderr, "bad sizes\n");
+        return 2;
+    }
+
+    size_t esz = dtype == TODRE_DTYPE_F32 ? 4 : 2;
+    void *emb = malloc((size_t)n * d * esz);
+    float *cls = malloc((size_t)n * sizeof *cls);
+    int64_t *out = malloc((size_t)k * sizeof *out);
+    double *times = malloc((size_t)reps * sizeof *times);
+    if (!emb || !cls || !out || !times) return 1;
+    make_data(n, d, dtype, emb, cls);
+
+    todre_context *ctx;
+    todre_select_config *cfg;
+    todre_tensor *te, *tc, *to;
+    int64_t eshape[2] = {n, d}, kshape[1] = {k};
+    CHECK(todre_context_create(TODRE_BACKEND_CPU, 0, &ctx));
+    CHECK(todre_context_set_param(ctx, TODRE_CONTEXT_SELECT_STRATEGY, strategy));
+    CHECK(todre_context_set_param(ctx, TODRE_CONTEXT_NUM_THREADS, threads));
+    CHECK(todre_select_config_create(&cfg));
+    CHECK(todre_select_config_set(cfg, TODRE_SELECT_OBJECTIVE, objective));
+    CHECK(todre_select_config_set(cfg, TODRE_SELECT_PIVOT, pivot));
+    CHECK(todre_select_config_set(cfg, TODRE_SELECT_KEEP, k));
+    CHECK(todre_select_config_set(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_SELECTION));
+    CHECK(todre_tensor_create(emb, (todre_dtype)dtype, TODRE_DEVICE_HOST, 0, 2, eshape, NULL, &te));
+    CHECK(todre_tensor_create(cls, TODRE_DTYPE_F32, TODRE_DEVICE_HOST, 0, 1, eshape, NULL, &tc));
+    CHECK(todre_tensor_create(out, TODRE_DTYPE_I64, TODRE_DEVICE_HOST, 0, 1, kshape, NULL, &to));
+
+    CHECK(todre_select(ctx, cfg, te, tc, to)); /* warm-up: sizes the workspace */
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        CHECK(todre_select(ctx, cfg, te, tc, to));
+        times[r] = now_s() - t0;
+    }
+    qsort(times, (size_t)reps, sizeof *times, cmp_double);
+    printf("n=%lld d=%lld k=%lld %s %s %s/%s threads=%d: median %.2f ms, min %.2f ms; sel[0..4] =",
+           (long long)n, (long long)d, (long long)k, dtypes[dtype], strategies[strategy],
+           objectives[objective], pivots[pivot], threads, 1e3 * times[reps / 2], 1e3 * times[0]);
+    for (int64_t i = 0; i < k && i < 5; i++) printf(" %lld", (long long)out[i]);
+    printf("\n");
+
+    todre_tensor_destroy(te);
+    todre_tensor_destroy(tc);
+    todre_tensor_destroy(to);
+    todre_select_config_destroy(cfg);
+    todre_context_destroy(ctx);
+    free(emb);
+    free(cls);
+    free(out);
+    free(times);
+    return 0;
+}

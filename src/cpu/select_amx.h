@@ -1,0 +1,34 @@
+/* Gram matrices of f16 / bf16 rows on Intel AMX (select_amx.c). */
+#ifndef TODRE_SRC_CPU_SELECT_AMX_H
+#define TODRE_SRC_CPU_SELECT_AMX_H
+
+#include <stdint.h>
+
+#include "../backend.h"
+
+/* Packed operands, 1 KiB tiles of 32-bit pairs (see select_amx.c): a = A
+ * side (npad rows), b = B side (transposed tiles), npad * dpad uint32 each
+ * for f16 (split = 1: a pair (h, l) per value), half that for bf16 (split =
+ * 0: a pair per two values). npad and dpad are multiples of 32
+ * (todre_sel_amx_pad). */
+struct todre_sel_amx_pack {
+    uint32_t *a, *b;
+    int64_t npad, dpad;
+    int split;
+};
+
+int64_t todre_sel_amx_pad(int64_t x);
+
+/* Whether this CPU and OS run AMX-BF16 and the dtype has an exact split
+ * (f16, bf16). Cheap after the first call. */
+int todre_sel_amx_usable(todre_dtype dtype);
+
+/* Fill @p p (arrays allocated by the caller) from n rows of d values. */
+void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, int64_t stride,
+                        todre_dtype dtype, int64_t n, int64_t d, int nthreads);
+
+/* g[i * npad + j] = dot(row i, row j) for all i, j < npad (both triangles;
+ * g[i][j] and g[j][i] are bitwise equal). */
+void todre_sel_amx_gram(const struct todre_sel_amx_pack *p, float *g, int nthreads);
+
+#endif /* TODRE_SRC_CPU_SELECT_AMX_H */

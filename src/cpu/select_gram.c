@@ -1,0 +1,199 @@
+/* Products of all pairs of rows: the Gram matrix (GRAM strategy, ISOLATED
+ * pivot) on AMX for f16 / bf16 where the CPU has it (select_amx.c), else
+ * through BLAS on fp32 rows; and, when the matrix does not fit the
+ * workspace limit, row blocks of it for the ISOLATED pivot (BLAS). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "select_amx.h"
+#include "select_internal.h"
+
+#define MIRROR_BLOCK 64
+#define MIN_NEAREST_BLOCK 64
+
+/* OpenBLAS keeps a process-wide thread count. Only a context with an explicit
+ * TODRE_CONTEXT_NUM_THREADS changes it (for one BLAS call, then puts the
+ * caller's value back); by default OpenBLAS's own setting is left alone, so
+ * contexts on different threads never touch shared state. */
+struct blas_threads {
+    int saved, want;
+};
+static struct blas_threads blas_enter(const struct todre_sel_seg *s)
+{
+    struct blas_threads b = {0, 0};
+    if (s->be->base.params.num_threads > 0) {
+        b.saved = openblas_get_num_threads();
+        b.want = s->nthreads;
+        if (b.saved != b.want) openblas_set_num_threads(b.want);
+    }
+    return b;
+}
+static void blas_leave(struct blas_threads b)
+{
+    if (b.want && b.saved != b.want) openblas_set_num_threads(b.saved);
+}
+
+todre_status todre_sel_f32_view(struct todre_sel_seg *s, struct todre_diag *diag)
+{
+    if (s->f32) return TODRE_OK;
+    if (s->dtype == TODRE_DTYPE_F32) {
+        s->f32 = s->rows;
+        s->f32_ld = s->stride;
+        return TODRE_OK;
+    }
+    float *copy = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B,
+                                      (size_t)s->n * (size_t)s->d * sizeof(float));
+    if (!copy) {
+        snprintf(diag->buf, diag->cap, "workspace: cannot allocate an fp32 copy of %lld x %lld",
+                 (long long)s->n, (long long)s->d);
+        return TODRE_ERR_OUT_OF_MEMORY;
+    }
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+    for (int64_t i = 0; i < s->n; i++)
+        s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, i), s->d, 1.0f,
+                       copy + i * s->d);
+    s->f32 = copy;
+    s->f32_ld = s->d;
+    return TODRE_OK;
+}
+
+/* AMX computes into a matrix padded to multiples of 32 rows. */
+static int use_amx(const struct todre_sel_seg *s)
+{
+    if (!todre_sel_amx_usable(s->dtype)) return 0;
+    double np = (double)todre_sel_amx_pad(s->n);
+    return np * np * sizeof(float) <= (double)s->be->base.params.workspace_limit;
+}
+
+int todre_sel_gram_fits(const struct todre_sel_seg *s)
+{
+    double bytes = (double)s->n * (double)s->n * sizeof(float);
+    return bytes <= (double)s->be->base.params.workspace_limit;
+}
+
+int todre_sel_gram_fast(const struct todre_sel_seg *s) { return use_amx(s); }
+
+/* Rows of ld npad -> rows of ld n, in place (forward: destinations never
+ * overtake sources). */
+static void compact(float *g, int64_t n, int64_t npad)
+{
+    for (int64_t i = 1; i < n && npad != n; i++) memmove(g + i * n, g + i * npad, (size_t)n * 4);
+}
+
+static float *gram_amx(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag)
+{
+    struct todre_sel_amx_pack p = {.npad = todre_sel_amx_pad(s->n), .dpad = todre_sel_amx_pad(s->d)};
+    int split = s->dtype == TODRE_DTYPE_F16;
+    /* one array: a pair per value (f16: (h, l)) or per two values (bf16) */
+    size_t plane = (size_t)p.npad * (size_t)p.dpad * (split ? 4 : 2);
+    char *buf = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, plane * 2);
+    float *g = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
+                                   (size_t)p.npad * (size_t)p.npad * sizeof(float));
+    if (!buf || !g) {
+        snprintf(diag->buf, diag->cap, "workspace: cannot allocate a %lld x %lld Gram matrix",
+                 (long long)s->n, (long long)s->n);
+        *st = TODRE_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    p.a = (uint32_t *)buf;
+    p.b = (uint32_t *)(buf + plane);
+    p.split = split;
+    todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads);
+    todre_sel_amx_gram(&p, g, s->nthreads);
+    compact(g, s->n, p.npad);
+    return g;
+}
+
+/* Lower triangle <- upper triangle, in cache-sized tiles. */
+static void mirror_upper(float *g, int64_t n, int nt)
+{
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t ib = 0; ib < n; ib += MIRROR_BLOCK) {
+        int64_t ie = ib + MIRROR_BLOCK < n ? ib + MIRROR_BLOCK : n;
+        for (int64_t jb = ib; jb < n; jb += MIRROR_BLOCK) {
+            int64_t je = jb + MIRROR_BLOCK < n ? jb + MIRROR_BLOCK : n;
+            for (int64_t i = ib; i < ie; i++)
+                for (int64_t j = (jb > i + 1 ? jb : i + 1); j < je; j++)
+                    g[j * n + i] = g[i * n + j];
+        }
+    }
+}
+
+const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag)
+{
+    *st = TODRE_OK;
+    if (use_amx(s)) {
+        return gram_amx(s, st, diag); /* both triangles already */
+    }
+    *st = todre_sel_f32_view(s, diag);
+    if (*st != TODRE_OK) return NULL;
+    int64_t n = s->n;
+    float *g = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
+                                   (size_t)n * (size_t)n * sizeof(float));
+    if (!g) {
+        snprintf(diag->buf, diag->cap, "workspace: cannot allocate a %lld x %lld Gram matrix",
+                 (long long)n, (long long)n);
+        *st = TODRE_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    struct blas_threads bt = blas_enter(s);
+    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (blasint)n, (blasint)s->d, 1.0f,
+                s->f32, (blasint)s->f32_ld, 0.0f, g, (blasint)n);
+    blas_leave(bt);
+    mirror_upper(g, n, s->nthreads);
+    return g;
+}
+
+/* near[v - lo] for the rows v0..v1 of one block, from their products with
+ * all n rows (blk row i is row v0 + i). */
+static void nearest_rows(const struct todre_sel_seg *s, const float *blk, int64_t ld,
+                         int64_t v0, int64_t v1, double *near, int64_t lo)
+{
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+    for (int64_t v = v0; v < v1; v++) {
+        const float *g = blk + (v - v0) * ld;
+        double best = -INFINITY, sv = s->scale[v];
+        for (int64_t u = 0; u < s->n; u++) {
+            if (u == v) continue;
+            double sim = (double)g[u] * (sv * s->scale[u]); /* symmetric in (u, v) */
+            if (sim > best) best = sim;
+        }
+        near[v - lo] = best;
+    }
+}
+
+todre_status todre_sel_nearest(struct todre_sel_seg *s, const float *gram, int64_t lo,
+                               int64_t hi, double *near, struct todre_diag *diag)
+{
+    int64_t n = s->n;
+    if (gram) {
+        nearest_rows(s, gram + lo * n, n, lo, hi, near, lo);
+        return TODRE_OK;
+    }
+    todre_status st = todre_sel_f32_view(s, diag);
+    if (st != TODRE_OK) return st;
+    /* the block buffer is the only O(n * rows) memory: rows from the limit */
+    int64_t rows = (int64_t)(s->be->base.params.workspace_limit / ((double)n * sizeof(float)));
+    if (rows < MIN_NEAREST_BLOCK) rows = MIN_NEAREST_BLOCK;
+    if (rows > hi - lo) rows = hi - lo;
+    float *blk = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
+                                     (size_t)rows * (size_t)n * sizeof(float));
+    if (!blk) {
+        snprintf(diag->buf, diag->cap, "workspace: cannot allocate %lld x %lld products",
+                 (long long)rows, (long long)n);
+        return TODRE_ERR_OUT_OF_MEMORY;
+    }
+    for (int64_t v0 = lo; v0 < hi; v0 += rows) {
+        int64_t v1 = v0 + rows < hi ? v0 + rows : hi;
+        struct blas_threads bt = blas_enter(s);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(v1 - v0), (blasint)n,
+                    (blasint)s->d, 1.0f, s->f32 + v0 * s->f32_ld, (blasint)s->f32_ld, s->f32,
+                    (blasint)s->f32_ld, 0.0f, blk, (blasint)n);
+        blas_leave(bt);
+        nearest_rows(s, blk, n, v0, v1, near, lo);
+    }
+    return TODRE_OK;
+}

@@ -1,0 +1,95 @@
+/* Shared state of the CPU stage-1 kernels (select*.c). Internal.
+ *
+ * Similarities are never formed from a normalised copy unless the data
+ * forces it: s(v, u) = dot(e_v, e_u) * r_v * r_u, with e the stored rows
+ * (read in place, any of f32 / f16 / bf16), dot accumulated in fp32 and
+ * r = 1 / ||e|| from an fp64 norm. Only when some row's squared norm lies
+ * outside [TODRE_SEL_SAFE_LO, TODRE_SEL_SAFE_HI] (where raw fp32 products
+ * could overflow or underflow) do the kernels read an fp32 copy of the
+ * normalised rows instead (and r becomes 1, or 0 for a zero row). */
+#ifndef TODRE_SRC_CPU_SELECT_INTERNAL_H
+#define TODRE_SRC_CPU_SELECT_INTERNAL_H
+
+#include <stdint.h>
+
+#include "cpu_internal.h"
+#include "select_kernels.h"
+
+#define TODRE_SEL_SAFE_LO 1e-30
+#define TODRE_SEL_SAFE_HI 1e30
+
+/* One token set, as the kernels see it. */
+struct todre_sel_seg {
+    int64_t index;  /* set number b (messages) */
+    int64_t row0;   /* its first global row */
+    int64_t n, d, k;
+
+    /* Rows the dot kernels read: the input rows, or the normalised copy. */
+    const void *rows;
+    todre_dtype dtype;
+    int64_t stride; /* elements */
+    const struct todre_sel_kernels *kern;
+    const double *scale; /* [n]: the r_v that turn dots of `rows` into cosines */
+
+    /* The same rows as fp32 for BLAS, made on demand (todre_sel_f32_view). */
+    const float *f32;
+    int64_t f32_ld;
+
+    /* Scratch (slot A), sized for this set. */
+    double *acc;    /* [n] cumulative similarity / distance */
+    float *dots;    /* [n] */
+    uint8_t *taken; /* [n] 1 = selected */
+    float *w;       /* [d] the fp32 vector of a GEMV */
+    double *mu;     /* [d] */
+    double *near;   /* [n] ISOLATED scores */
+    void *pairs;    /* [n] 16-byte records (CLS_TOPK sort) */
+
+    struct todre_cpu_backend *be;
+    const struct todre_select_job *job;
+    int nthreads;
+};
+
+/* Pivot of a MAX_SUM / MAX_MIN set (job->pivot, range applied). May compute
+ * the Gram matrix (returned through *gram, NULL when not made) when the
+ * ISOLATED pivot needs all products and the strategy allows it. */
+todre_status todre_sel_pivot(struct todre_sel_seg *s, const float **gram, int64_t *pivot,
+                             struct todre_diag *diag);
+
+/* Greedy MAX_SUM / MAX_MIN from pivot p; writes the selection order into
+ * sel[0..k) and marks s->taken. @p gram: a ready Gram matrix or NULL. */
+todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *gram,
+                              int64_t *sel, struct todre_diag *diag);
+
+/* CLS_TOPK: selection order into sel[0..k), marks s->taken. */
+todre_status todre_sel_cls_topk(struct todre_sel_seg *s, int64_t *sel, struct todre_diag *diag);
+
+/* ---- Gram matrices and fp32 views (select_gram.c) ----------------------- */
+
+/* Make s->f32 (the rows as fp32, exact widening) when not already there. */
+todre_status todre_sel_f32_view(struct todre_sel_seg *s, struct todre_diag *diag);
+
+/* Whether an n x n fp32 Gram matrix fits the context's workspace limit. */
+int todre_sel_gram_fits(const struct todre_sel_seg *s);
+
+/* Whether the Gram matrix has a fast path here (AMX for f16 / bf16). */
+int todre_sel_gram_fast(const struct todre_sel_seg *s);
+
+/* The full (both triangles) n x n matrix of raw dots of s->rows (slot C),
+ * or NULL with the status set. */
+const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag);
+
+/* near[v - lo] = max over u != v of s(v, u) for v in [lo, hi), from @p gram
+ * when given, else by blocked products whose buffer respects the limit. */
+todre_status todre_sel_nearest(struct todre_sel_seg *s, const float *gram, int64_t lo,
+                               int64_t hi, double *near, struct todre_diag *diag);
+
+/* ---- helpers (select.c) --------------------------------------------------- */
+
+/* One CLS value of set-local row i. */
+float todre_sel_cls(const struct todre_sel_seg *s, int64_t i);
+
+/* argmin (sign = +1) or argmax (sign = -1) of v[0..n) over rows with
+ * taken[i] == 0 (taken may be NULL); lowest index wins ties; -1 if none. */
+int64_t todre_sel_argbest(const double *v, const uint8_t *taken, int64_t n, int sign);
+
+#endif /* TODRE_SRC_CPU_SELECT_INTERNAL_H */

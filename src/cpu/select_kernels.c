@@ -1,0 +1,259 @@
+/* Row kernels of the CPU stage-1 backend (see select_kernels.h). */
+#include "select_kernels.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../half.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#define TODRE_SEL_X86 1
+#include <immintrin.h>
+#endif
+
+float todre_sel_load(const void *p, todre_dtype dt)
+{
+    if (dt == TODRE_DTYPE_F32) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return dt == TODRE_DTYPE_F16 ? todre_f16_to_f32(h) : todre_bf16_to_f32(h);
+}
+
+/* ---- portable ------------------------------------------------------------ */
+
+static inline float ld_f32(const void *p, int64_t i) { return ((const float *)p)[i]; }
+static inline float ld_f16(const void *p, int64_t i) { return todre_f16_to_f32(((const uint16_t *)p)[i]); }
+static inline float ld_bf16(const void *p, int64_t i) { return todre_bf16_to_f32(((const uint16_t *)p)[i]); }
+
+/* Four partial sums so that the compiler may vectorise without reordering
+ * anything it was not told to. */
+#define SCALAR_KERNELS(T)                                                        \
+    static float dot_scalar_##T(const void *row, const float *w, int64_t d)      \
+    {                                                                            \
+        float a[4] = {0, 0, 0, 0};                                               \
+        int64_t i = 0;                                                           \
+        for (; i + 4 <= d; i += 4)                                               \
+            for (int j = 0; j < 4; j++) a[j] += ld_##T(row, i + j) * w[i + j];   \
+        for (; i < d; i++) a[0] += ld_##T(row, i) * w[i];                        \
+        return (a[0] + a[1]) + (a[2] + a[3]);                                    \
+    }                                                                            \
+    static double sumsq_scalar_##T(const void *row, int64_t d)                   \
+    {                                                                            \
+        double s = 0;                                                            \
+        for (int64_t i = 0; i < d; i++) {                                        \
+            double v = ld_##T(row, i);                                           \
+            s += v * v;                                                          \
+        }                                                                        \
+        return s;                                                                \
+    }                                                                            \
+    static void widen_scalar_##T(const void *row, int64_t d, float scale, float *out) \
+    {                                                                            \
+        for (int64_t i = 0; i < d; i++) out[i] = ld_##T(row, i) * scale;         \
+    }
+
+SCALAR_KERNELS(f32)
+SCALAR_KERNELS(f16)
+SCALAR_KERNELS(bf16)
+
+static const struct todre_sel_kernels k_scalar[3] = {
+    {dot_scalar_f32, sumsq_scalar_f32, widen_scalar_f32, "scalar"},
+    {dot_scalar_f16, sumsq_scalar_f16, widen_scalar_f16, "scalar"},
+    {dot_scalar_bf16, sumsq_scalar_bf16, widen_scalar_bf16, "scalar"},
+};
+
+#ifdef TODRE_SEL_X86
+
+/* ---- AVX2 + FMA + F16C (8 lanes) ----------------------------------------- */
+
+#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+T_AVX2 static inline __m256 v8_f32(const void *p, int64_t i)
+{
+    return _mm256_loadu_ps((const float *)p + i);
+}
+T_AVX2 static inline __m256 v8_f16(const void *p, int64_t i)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)p + i)));
+}
+T_AVX2 static inline __m256 v8_bf16(const void *p, int64_t i)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+T_AVX2 static inline float hsum8(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+T_AVX2 static inline double hsum4d(__m256d v)
+{
+    __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+    return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+
+#define AVX2_KERNELS(T)                                                          \
+    T_AVX2 static float dot_avx2_##T(const void *row, const float *w, int64_t d) \
+    {                                                                            \
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;              \
+        int64_t i = 0;                                                           \
+        for (; i + 32 <= d; i += 32) {                                           \
+            a0 = _mm256_fmadd_ps(v8_##T(row, i), _mm256_loadu_ps(w + i), a0);    \
+            a1 = _mm256_fmadd_ps(v8_##T(row, i + 8), _mm256_loadu_ps(w + i + 8), a1); \
+            a2 = _mm256_fmadd_ps(v8_##T(row, i + 16), _mm256_loadu_ps(w + i + 16), a2); \
+            a3 = _mm256_fmadd_ps(v8_##T(row, i + 24), _mm256_loadu_ps(w + i + 24), a3); \
+        }                                                                        \
+        for (; i + 8 <= d; i += 8)                                               \
+            a0 = _mm256_fmadd_ps(v8_##T(row, i), _mm256_loadu_ps(w + i), a0);    \
+        float s = hsum8(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3))); \
+        for (; i < d; i++) s += ld_##T(row, i) * w[i];                           \
+        return s;                                                                \
+    }                                                                            \
+    T_AVX2 static double sumsq_avx2_##T(const void *row, int64_t d)              \
+    {                                                                            \
+        __m256d a0 = _mm256_setzero_pd(), a1 = a0;                               \
+        int64_t i = 0;                                                           \
+        for (; i + 8 <= d; i += 8) {                                             \
+            __m256 v = v8_##T(row, i);                                           \
+            __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));             \
+            __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));           \
+            a0 = _mm256_fmadd_pd(lo, lo, a0);                                    \
+            a1 = _mm256_fmadd_pd(hi, hi, a1);                                    \
+        }                                                                        \
+        double s = hsum4d(_mm256_add_pd(a0, a1));                                \
+        for (; i < d; i++) {                                                     \
+            double v = ld_##T(row, i);                                           \
+            s += v * v;                                                          \
+        }                                                                        \
+        return s;                                                                \
+    }                                                                            \
+    T_AVX2 static void widen_avx2_##T(const void *row, int64_t d, float scale, float *out) \
+    {                                                                            \
+        __m256 sc = _mm256_set1_ps(scale);                                       \
+        int64_t i = 0;                                                           \
+        for (; i + 8 <= d; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(v8_##T(row, i), sc)); \
+        for (; i < d; i++) out[i] = ld_##T(row, i) * scale;                      \
+    }
+
+AVX2_KERNELS(f32)
+AVX2_KERNELS(f16)
+AVX2_KERNELS(bf16)
+
+static const struct todre_sel_kernels k_avx2[3] = {
+    {dot_avx2_f32, sumsq_avx2_f32, widen_avx2_f32, "avx2"},
+    {dot_avx2_f16, sumsq_avx2_f16, widen_avx2_f16, "avx2"},
+    {dot_avx2_bf16, sumsq_avx2_bf16, widen_avx2_bf16, "avx2"},
+};
+
+/* ---- AVX-512F (16 lanes) -------------------------------------------------- */
+
+#define T_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+T_AVX512 static inline __m512 v16_f32(const void *p, int64_t i)
+{
+    return _mm512_loadu_ps((const float *)p + i);
+}
+T_AVX512 static inline __m512 v16_f16(const void *p, int64_t i)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i)));
+}
+T_AVX512 static inline __m512 v16_bf16(const void *p, int64_t i)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+#define AVX512_KERNELS(T)                                                        \
+    T_AVX512 static float dot_avx512_##T(const void *row, const float *w, int64_t d) \
+    {                                                                            \
+        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;              \
+        int64_t i = 0;                                                           \
+        for (; i + 64 <= d; i += 64) {                                           \
+            a0 = _mm512_fmadd_ps(v16_##T(row, i), _mm512_loadu_ps(w + i), a0);   \
+            a1 = _mm512_fmadd_ps(v16_##T(row, i + 16), _mm512_loadu_ps(w + i + 16), a1); \
+            a2 = _mm512_fmadd_ps(v16_##T(row, i + 32), _mm512_loadu_ps(w + i + 32), a2); \
+            a3 = _mm512_fmadd_ps(v16_##T(row, i + 48), _mm512_loadu_ps(w + i + 48), a3); \
+        }                                                                        \
+        for (; i + 16 <= d; i += 16)                                             \
+            a0 = _mm512_fmadd_ps(v16_##T(row, i), _mm512_loadu_ps(w + i), a0);   \
+        float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))); \
+        for (; i < d; i++) s += ld_##T(row, i) * w[i];                           \
+        return s;                                                                \
+    }                                                                            \
+    T_AVX512 static double sumsq_avx512_##T(const void *row, int64_t d)          \
+    {                                                                            \
+        __m512d a0 = _mm512_setzero_pd(), a1 = a0;                               \
+        int64_t i = 0;                                                           \
+        for (; i + 16 <= d; i += 16) {                                           \
+            __m512 v = v16_##T(row, i);                                          \
+            __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));             \
+            __m512d hi = _mm512_cvtps_pd(                                        \
+                _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))); \
+            a0 = _mm512_fmadd_pd(lo, lo, a0);                                    \
+            a1 = _mm512_fmadd_pd(hi, hi, a1);                                    \
+        }                                                                        \
+        double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));                  \
+        for (; i < d; i++) {                                                     \
+            double v = ld_##T(row, i);                                           \
+            s += v * v;                                                          \
+        }                                                                        \
+        return s;                                                                \
+    }                                                                            \
+    T_AVX512 static void widen_avx512_##T(const void *row, int64_t d, float scale, float *out) \
+    {                                                                            \
+        __m512 sc = _mm512_set1_ps(scale);                                       \
+        int64_t i = 0;                                                           \
+        for (; i + 16 <= d; i += 16) _mm512_storeu_ps(out + i, _mm512_mul_ps(v16_##T(row, i), sc)); \
+        for (; i < d; i++) out[i] = ld_##T(row, i) * scale;                      \
+    }
+
+AVX512_KERNELS(f32)
+AVX512_KERNELS(f16)
+AVX512_KERNELS(bf16)
+
+static const struct todre_sel_kernels k_avx512[3] = {
+    {dot_avx512_f32, sumsq_avx512_f32, widen_avx512_f32, "avx512"},
+    {dot_avx512_f16, sumsq_avx512_f16, widen_avx512_f16, "avx512"},
+    {dot_avx512_bf16, sumsq_avx512_bf16, widen_avx512_bf16, "avx512"},
+};
+
+#endif /* TODRE_SEL_X86 */
+
+static int dtype_slot(todre_dtype dt)
+{
+    return dt == TODRE_DTYPE_F16 ? 1 : dt == TODRE_DTYPE_BF16 ? 2 : 0;
+}
+
+#ifdef TODRE_SEL_X86
+/* TODRE_CPU_ISA=scalar|avx2|avx512 caps the kernels (so that tests can
+ * cover the fallbacks on any machine; avx512 also turns AMX off); unset or
+ * anything else: the best available. */
+static int isa_cap(void)
+{
+    const char *e = getenv("TODRE_CPU_ISA");
+    if (!e) return 2;
+    if (strcmp(e, "scalar") == 0) return 0;
+    if (strcmp(e, "avx2") == 0) return 1;
+    return 2;
+}
+#endif
+
+const struct todre_sel_kernels *todre_sel_kernels_for(todre_dtype dtype)
+{
+    int s = dtype_slot(dtype);
+#ifdef TODRE_SEL_X86
+    int cap = isa_cap();
+    /* __builtin_cpu_supports is cheap (reads data set up by the loader). */
+    if (cap >= 2 && __builtin_cpu_supports("avx512f")) return &k_avx512[s];
+    if (cap >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return &k_avx2[s];
+#endif
+    return &k_scalar[s];
+}

@@ -1,0 +1,52 @@
+/* Row kernels of the CPU stage-1 backend: dot products of stored rows (f32,
+ * f16 or bf16, read in place) with an fp32 vector, squared norms and
+ * conversions. Each has a portable version and, on x86-64, AVX2/F16C and
+ * AVX-512 versions picked once at run time, so the library runs on any
+ * x86-64 and compiles elsewhere.
+ *
+ * Numerics: products are formed from the exact fp32 value of each stored
+ * element (f16 and bf16 widen exactly), dot products accumulate in fp32,
+ * squared norms in fp64. The order of accumulation is fixed per ISA, so a
+ * given machine always gives the same result for the same row. */
+#ifndef TODRE_SRC_CPU_SELECT_KERNELS_H
+#define TODRE_SRC_CPU_SELECT_KERNELS_H
+
+#include <stdint.h>
+
+#include "../backend.h"
+
+/* sum_i row[i] * w[i] over d elements, fp32 accumulation. */
+typedef float (*todre_sel_dot_fn)(const void *row, const float *w, int64_t d);
+/* sum_i row[i]^2 in fp64 (Inf or NaN when the row holds a non-finite value:
+ * squares of finite f32 values cannot overflow fp64 over any realistic d). */
+typedef double (*todre_sel_sumsq_fn)(const void *row, int64_t d);
+/* out[i] = (float)row[i] * scale (exact when scale is 1 or a power of two). */
+typedef void (*todre_sel_widen_fn)(const void *row, int64_t d, float scale, float *out);
+
+struct todre_sel_kernels {
+    todre_sel_dot_fn dot;
+    todre_sel_sumsq_fn sumsq;
+    todre_sel_widen_fn widen;
+    const char *isa; /* "avx512", "avx2", "scalar" */
+};
+
+/* The best kernels for @p dtype (F32, F16 or BF16) on this CPU. */
+const struct todre_sel_kernels *todre_sel_kernels_for(todre_dtype dtype);
+
+/* Size in bytes of one element of a supported float dtype. */
+static inline int64_t todre_sel_elem_size(todre_dtype dt)
+{
+    return dt == TODRE_DTYPE_F32 ? 4 : 2;
+}
+
+/* Element (row r, column 0) of a row-major matrix with @p stride elements. */
+static inline const void *todre_sel_row(const void *base, todre_dtype dt, int64_t stride,
+                                        int64_t r)
+{
+    return (const char *)base + r * stride * todre_sel_elem_size(dt);
+}
+
+/* One stored scalar (f32, f16 or bf16) as float. */
+float todre_sel_load(const void *p, todre_dtype dt);
+
+#endif /* TODRE_SRC_CPU_SELECT_KERNELS_H */
