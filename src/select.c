@@ -128,8 +128,20 @@ static todre_status check_out(struct todre_context *ctx, const struct todre_tens
     return TODRE_OK;
 }
 
-static todre_status dispatch(struct todre_context *ctx, const struct todre_select_job *job)
+/* Completes the job with the embeddings view and the segment tables, and runs
+ * it on the context's backend. */
+static todre_status dispatch(struct todre_context *ctx, const struct todre_tensor *embeddings,
+                             int64_t nseg, const int64_t *seg_offsets, const int64_t *seg_k,
+                             const int64_t *out_offsets, struct todre_select_job *job)
 {
+    job->emb = embeddings->data;
+    job->emb_dtype = embeddings->dtype;
+    job->d = embeddings->shape[1];
+    job->emb_row_stride = embeddings->strides[0];
+    job->nseg = nseg;
+    job->seg_offsets = seg_offsets;
+    job->seg_k = seg_k;
+    job->out_offsets = out_offsets;
     char msg[TODRE_MSG_CAP] = "";
     struct todre_diag diag = {msg, sizeof msg};
     todre_status st = ctx->be->ops->select(ctx->be, job, &diag);
@@ -160,15 +172,7 @@ todre_status todre_select(todre_context *ctx, const todre_select_config *cfg,
     tab[0] = 0; tab[1] = n;     /* seg_offsets */
     tab[2] = k;                 /* seg_k */
     tab[3] = 0; tab[4] = k;     /* out_offsets */
-    job.emb = embeddings->data;
-    job.emb_dtype = embeddings->dtype;
-    job.d = embeddings->shape[1];
-    job.emb_row_stride = embeddings->strides[0];
-    job.nseg = 1;
-    job.seg_offsets = tab;
-    job.seg_k = tab + 2;
-    job.out_offsets = tab + 3;
-    return dispatch(ctx, &job);
+    return dispatch(ctx, embeddings, 1, tab, tab + 2, tab + 3, &job);
 }
 
 /* Host int64 vector of @p len entries (any stride), copied into dst. */
@@ -249,15 +253,8 @@ todre_status todre_select_batch(todre_context *ctx, const todre_select_config *c
                               "out_offsets: shape must be [%lld]", (long long)(nseg + 1));
     }
 
-    job.emb = embeddings->data;
-    job.emb_dtype = embeddings->dtype;
-    job.d = embeddings->shape[1];
-    job.emb_row_stride = embeddings->strides[0];
-    job.nseg = nseg;
-    job.seg_offsets = seg_off;
-    job.seg_k = seg_k;
-    job.out_offsets = out_off;
-    if ((st = dispatch(ctx, &job)) != TODRE_OK) return st;
+    if ((st = dispatch(ctx, embeddings, nseg, seg_off, seg_k, out_off, &job)) != TODRE_OK)
+        return st;
     if (out_offsets) {
         int64_t *p = out_offsets->data;
         for (int64_t b = 0; b <= nseg; b++) p[b * out_offsets->strides[0]] = out_off[b];

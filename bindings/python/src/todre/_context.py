@@ -5,11 +5,12 @@ import threading
 
 from ._enums import Backend, ContextParam, Device, Status, parse
 from ._errors import TodreError, check
+from ._handle import OwnsHandle
 from ._lib import lib
 from ._tensor import current_stream, device_of
 
 
-class Context:
+class Context(OwnsHandle):
     """A libtodre context: a backend (CPU or CUDA), its workspace and its errors.
 
     Reusing a context across calls avoids re-allocating the workspace. One
@@ -96,18 +97,6 @@ class Context:
         if self._handle:
             lib.todre_context_destroy(self._handle)
             self._handle = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
 
     def __repr__(self):
         if not self._handle:

@@ -8,12 +8,13 @@ import numpy as np
 from ._context import context_for
 from ._enums import Decision, Schedule, parse
 from ._errors import check, invalid
+from ._handle import OwnsHandle
 from ._lib import lib
 from ._select import _integer, _prepare
 from ._tensor import Borrowed
 
 
-class Relevance:
+class Relevance(OwnsHandle):
     """Stage-2 state for one prefill: layers, tau, probe schedule, token types.
 
     Args:
@@ -170,18 +171,6 @@ class Relevance:
         if self._handle:
             lib.todre_relevance_destroy(self._handle)
             self._handle = ctypes.c_void_p()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
 
 
 def _host_types(types):

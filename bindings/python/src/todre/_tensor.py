@@ -16,6 +16,7 @@ import numpy as np
 
 from ._enums import Device, DType, Status
 from ._errors import TodreError, check, invalid
+from ._handle import OwnsHandle
 from ._lib import lib
 
 KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
@@ -126,7 +127,7 @@ def current_stream(obj):
     return 0
 
 
-class Borrowed:
+class Borrowed(OwnsHandle):
     """A todre_tensor descriptor viewing one caller array (zero-copy).
 
     `handle` is the todre_tensor*, `data_ptr` the address of the first element
@@ -208,18 +209,6 @@ class Borrowed:
             lib.todre_tensor_destroy(self.handle)
             self.handle = ctypes.c_void_p()
         self.capsule = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
 
 
 def _named(what, status):
