@@ -3,7 +3,7 @@
  *   bench_select [n d k dtype strategy reps threads objective pivot]
  *
  * defaults 2880 4096 288 f16 auto 7 0 max-sum cls; dtype f32|f16|bf16,
- * strategy auto|gemv|gram, objective max-sum|max-min|cls-topk, pivot
+ * strategy auto|gemv|gram|rows, objective max-sum|max-min|cls-topk, pivot
  * auto|cls|center|farthest|random|isolated. Prints the median and minimum
  * of `reps` timed calls (after one warm-up call that sizes the workspace)
  * and the first selected indices, so runs can be compared. Data: tokens
@@ -84,14 +84,14 @@ static void make_data(int64_t n, int64_t d, int dtype, void *emb, float *cls)
 int main(int argc, char **argv)
 {
     static const char *const dtypes[] = {"f32", "f16", "bf16"};
-    static const char *const strategies[] = {"auto", "gemv", "gram"};
+    static const char *const strategies[] = {"auto", "gemv", "gram", "rows"};
     static const char *const objectives[] = {"max-sum", "max-min", "cls-topk"};
     static const char *const pivots[] = {"auto", "cls", "center", "farthest", "random", "isolated"};
     int64_t n = argc > 1 ? atoll(argv[1]) : 2880;
     int64_t d = argc > 2 ? atoll(argv[2]) : 4096;
     int64_t k = argc > 3 ? atoll(argv[3]) : 288;
     int dtype = argc > 4 ? lookup(argv[4], dtypes, 3) : TODRE_DTYPE_F16;
-    int strategy = argc > 5 ? lookup(argv[5], strategies, 3) : 0;
+    int strategy = argc > 5 ? lookup(argv[5], strategies, 4) : 0;
     int reps = argc > 6 ? atoi(argv[6]) : 7;
     int threads = argc > 7 ? atoi(argv[7]) : 0;
     int objective = argc > 8 ? lookup(argv[8], objectives, 3) : 0;

@@ -34,7 +34,7 @@ OBJECTIVES = {"max-sum": 0, "max-min": 1, "cls-topk": 2}
 PIVOTS = {"auto": 0, "cls": 1, "center": 2, "farthest": 3, "random": 4, "isolated": 5}
 SEL_OBJECTIVE, SEL_PIVOT, SEL_LO, SEL_HI, SEL_KEEP, SEL_SEED, SEL_ORDER = range(7)
 CTX_WS_LIMIT, CTX_STRATEGY, CTX_THREADS = 0, 1, 2
-STRATEGIES = {"auto": 0, "gemv": 1, "gram": 2}
+STRATEGIES = {"auto": 0, "gemv": 1, "gram": 2, "rows": 3}
 ORDER_BOTH = 2
 
 

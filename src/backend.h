@@ -42,7 +42,8 @@ struct todre_diag {
 enum todre_select_strategy {
     TODRE_STRATEGY_AUTO = 0,
     TODRE_STRATEGY_GEMV = 1,
-    TODRE_STRATEGY_GRAM = 2
+    TODRE_STRATEGY_GRAM = 2,
+    TODRE_STRATEGY_ROWS = 3 /* speculative Gram rows; GRAM where unsupported */
 };
 
 struct todre_backend_params {

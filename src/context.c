@@ -101,9 +101,9 @@ todre_status todre_context_set_param(todre_context *ctx, todre_context_param par
         p->workspace_limit = value;
         return TODRE_OK;
     case TODRE_CONTEXT_SELECT_STRATEGY:
-        if (value < TODRE_STRATEGY_AUTO || value > TODRE_STRATEGY_GRAM)
+        if (value < TODRE_STRATEGY_AUTO || value > TODRE_STRATEGY_ROWS)
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                              "value: select strategy %lld is outside [0, 2]", (long long)value);
+                              "value: select strategy %lld is outside [0, 3]", (long long)value);
         p->strategy = value;
         return TODRE_OK;
     case TODRE_CONTEXT_NUM_THREADS:

@@ -169,7 +169,9 @@ typedef enum todre_context_param {
     TODRE_CONTEXT_WORKSPACE_LIMIT = 0,
     /** Stage-1 strategy: 0 = automatic (cost model), 1 = per-step matrix-vector
      *  products, 2 = Gram matrix (still bounded by WORKSPACE_LIMIT; a Gram
-     *  request that does not fit falls back to 1). Default 0. */
+     *  request that does not fit falls back to 1), 3 = Gram rows computed
+     *  on demand in speculative batches (CPU with AMX; elsewhere as 2; same
+     *  memory bound). All give the same selection up to near-ties. Default 0. */
     TODRE_CONTEXT_SELECT_STRATEGY = 1,
     /** Threads the CPU backend may use; 0 = all available (default). A
      *  non-zero value also sets OpenBLAS's process-wide thread count for the

@@ -30,6 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <omp.h>
+
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 #define TODRE_SEL_AMX 1
 #include <immintrin.h>
@@ -45,6 +47,8 @@
 #define PANEL_COLS 512
 #define ICHUNK 128
 #define KBLOCK 4 /* K chunks (tiles) per block */
+/* batch_cols(): the A and swapped A tiles of a K block take 512 KiB of L2 */
+#define BATCH_KBLOCK 128
 
 int64_t todre_sel_amx_pad(int64_t x) { return (x + MICRO - 1) / MICRO * MICRO; }
 
@@ -105,17 +109,17 @@ static inline int64_t tile_at(const struct todre_sel_amx_pack *p, int64_t b, int
     return (b * (row_pairs(p) / TILE_PAIRS) + kc) * TILE_ELEMS;
 }
 
-/* Rows [r0, r0 + 16) into the A tiles. */
-T_PACK static void pack_rows(const struct todre_sel_amx_pack *p, const void *rows,
-                             int64_t stride, todre_dtype dt, int64_t n, int64_t d, int64_t r0)
+/* The 16 rows ids[0..16) (-1: a zero row) into the A tiles at blk. */
+T_PACK static void pack_block(const struct todre_sel_amx_pack *p, uint32_t *blk, const void *rows,
+                              int64_t stride, todre_dtype dt, int64_t d, const int64_t *ids)
 {
-    int64_t b = r0 / TILE_ROWS, per = p->split ? 1 : 2; /* values per pair */
-    for (int64_t r = r0; r < r0 + TILE_ROWS; r++) {
-        const void *row = (const char *)rows + (r < n ? r : 0) * stride * 2;
+    int64_t per = p->split ? 1 : 2; /* values per pair */
+    for (int64_t r = 0; r < TILE_ROWS; r++) {
+        const void *row = (const char *)rows + (ids[r] < 0 ? 0 : ids[r]) * stride * 2;
         for (int64_t k = 0; k < p->dpad; k += 16) {
             int64_t q = k / per; /* first pair written */
-            uint32_t *dst = p->a + tile_at(p, b, q / TILE_PAIRS) + (r - r0) * TILE_PAIRS + q % TILE_PAIRS;
-            __m512 x = r < n ? load16(row, dt, k, d) : _mm512_setzero_ps();
+            uint32_t *dst = blk + tile_at(p, 0, q / TILE_PAIRS) + r * TILE_PAIRS + q % TILE_PAIRS;
+            __m512 x = ids[r] >= 0 ? load16(row, dt, k, d) : _mm512_setzero_ps();
             __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
             if (!p->split) { /* bf16: 16 values = 8 pairs */
                 _mm256_storeu_si256((__m256i *)dst, h);
@@ -159,13 +163,20 @@ T_PACK static void transpose16(const uint32_t *src, int64_t sld, uint32_t *dst, 
     }
 }
 
-/* Row block b's B tiles: each A tile transposed (the VNNI form). */
-T_PACK static void pack_b(const struct todre_sel_amx_pack *p, int64_t b)
+/* B tiles of one row block (dst) from its A tiles (src): each tile
+ * transposed (the VNNI form). */
+T_PACK static void pack_b(const struct todre_sel_amx_pack *p, const uint32_t *src, uint32_t *dst)
 {
     for (int64_t kc = 0; kc < row_pairs(p) / TILE_PAIRS; kc++) {
-        int64_t at = tile_at(p, b, kc);
-        transpose16(p->a + at, TILE_PAIRS, p->b + at, TILE_ROWS);
+        int64_t at = tile_at(p, 0, kc);
+        transpose16(src + at, TILE_PAIRS, dst + at, TILE_ROWS);
     }
+}
+
+/* ids of the consecutive rows [r0, r0 + 16), -1 past n */
+static void block_ids(int64_t r0, int64_t n, int64_t *ids)
+{
+    for (int r = 0; r < TILE_ROWS; r++) ids[r] = r0 + r < n ? r0 + r : -1;
 }
 
 void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, int64_t stride,
@@ -173,9 +184,27 @@ void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, in
 {
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t r0 = 0; r0 < p->npad; r0 += TILE_ROWS) {
-        pack_rows(p, rows, stride, dtype, n, d, r0);
-        pack_b(p, r0 / TILE_ROWS);
+        int64_t ids[TILE_ROWS], at = tile_at(p, r0 / TILE_ROWS, 0);
+        block_ids(r0, n, ids);
+        if (p->a) {
+            pack_block(p, p->a + at, rows, stride, dtype, d, ids);
+            pack_b(p, p->a + at, p->b + at);
+        } else { /* B only: each thread's block of A tiles stays in L2 */
+            uint32_t *tmp = p->tmp + tile_at(p, omp_get_thread_num(), 0);
+            pack_block(p, tmp, rows, stride, dtype, d, ids);
+            pack_b(p, tmp, p->b + at);
+        }
     }
+}
+
+T_PACK void todre_sel_amx_pack_rows(const struct todre_sel_amx_pack *p, const void *rows,
+                                    int64_t stride, todre_dtype dtype, int64_t d, const int64_t *ids)
+{
+    int64_t size = tile_at(p, TODRE_SEL_AMX_BATCH / TILE_ROWS, 0);
+    for (int b = 0; b < TODRE_SEL_AMX_BATCH / TILE_ROWS; b++)
+        pack_block(p, p->a + tile_at(p, b, 0), rows, stride, dtype, d, ids + b * TILE_ROWS);
+    for (int64_t i = 0; p->split && i < size; i += 16) /* (l, h) pairs, see swap_tiles() */
+        _mm512_storeu_si512(p->sw + i, _mm512_rol_epi32(_mm512_loadu_si512(p->a + i), 16));
 }
 
 struct tile_config {
@@ -199,9 +228,12 @@ T_AMX static void tiles_on(void)
 T_AMX static void tiles_off(void) { _tile_release(); }
 
 /* C[i0.., j0..] (32 x 32, ld ldc floats) += the products of K chunks
- * [c0, c1); the first K block starts from zero. Tiles: 0-3 C, 4-5 A, 6-7 B. */
-T_AMX static void micro(const struct todre_sel_amx_pack *p, const uint32_t *sw, float *c,
-                        int64_t ldc, int64_t i0, int64_t j0, int64_t c0, int64_t c1, int first)
+ * [c0, c1); the first K block starts from zero. sw0 / sw1 (f16): the
+ * swapped A tiles of the two row blocks from chunk c0 on, consecutive.
+ * Tiles: 0-3 C, 4-5 A, 6-7 B. */
+T_AMX static void micro(const struct todre_sel_amx_pack *p, const uint32_t *sw0,
+                        const uint32_t *sw1, float *c, int64_t ldc, int64_t i0, int64_t j0,
+                        int64_t c0, int64_t c1, int first)
 {
     const int64_t sc = ldc * 4;
     const int64_t a0 = tile_at(p, i0 / TILE_ROWS, 0), a1 = tile_at(p, i0 / TILE_ROWS + 1, 0);
@@ -236,9 +268,9 @@ T_AMX static void micro(const struct todre_sel_amx_pack *p, const uint32_t *sw, 
             o = kc * TILE_ELEMS;
             int64_t on = o + TILE_ELEMS, more = kc + 1 < c1;
             _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); /* h.h' + l.l' */
-            _tile_loadd(4, sw + (kc - c0) * TILE_ELEMS, 64);
+            _tile_loadd(4, sw0 + (kc - c0) * TILE_ELEMS, 64);
             _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
-            _tile_loadd(5, sw + (KBLOCK + kc - c0) * TILE_ELEMS, 64);
+            _tile_loadd(5, sw1 + (kc - c0) * TILE_ELEMS, 64);
             _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(2, 5, 6); /* h.l' + l.h' */
             if (more) _tile_loadd(6, b0 + on, 64);
             _tile_dpbf16ps(1, 4, 7);
@@ -298,7 +330,7 @@ T_AMX static void panel(const struct todre_sel_amx_pack *p, float *g, int64_t j0
                 if (p->split) swap_tiles(p, sw, i0, k0, k1);
                 for (int64_t jc = j0; jc < j1; jc += MICRO) {
                     if (jc + MICRO <= i0) continue; /* below the diagonal */
-                    micro(p, sw, g, p->npad, i0, jc, k0, k1, k0 == 0);
+                    micro(p, sw, sw + KBLOCK * TILE_ELEMS, g, p->npad, i0, jc, k0, k1, k0 == 0);
                     if (k1 == chunks && jc > i0) mirror_block(g, p->npad, i0, jc);
                 }
             }
@@ -323,6 +355,36 @@ T_AMX void todre_sel_amx_gram(const struct todre_sel_amx_pack *p, float *g, int 
     }
 }
 
+/* Columns [j0, j1) of the batch's rows, in long K blocks: each 32 x 32
+ * block's B tiles are then read as long contiguous streams (which the
+ * prefetchers follow; short ones ran about 10% slower) while the batch's A
+ * tiles stay in L2. Same kernel and K order as panel(), hence the same
+ * values bit for bit. */
+T_AMX static void batch_cols(const struct todre_sel_amx_pack *p, float *c, int64_t j0, int64_t j1)
+{
+    int64_t chunks = row_pairs(p) / TILE_PAIRS;
+    for (int64_t k0 = 0; k0 < chunks; k0 += BATCH_KBLOCK) {
+        int64_t k1 = k0 + BATCH_KBLOCK < chunks ? k0 + BATCH_KBLOCK : chunks;
+        /* the swapped tiles (f16 only) of both row blocks from chunk k0 */
+        const uint32_t *sw0 = p->split ? p->sw + tile_at(p, 0, k0) : NULL;
+        const uint32_t *sw1 = p->split ? p->sw + tile_at(p, 1, k0) : NULL;
+        for (int64_t jc = j0; jc < j1; jc += MICRO)
+            micro(p, sw0, sw1, c, p->npad, 0, jc, k0, k1, k0 == 0);
+    }
+}
+
+T_AMX void todre_sel_amx_batch(const struct todre_sel_amx_pack *p, float *c, int nthreads)
+{
+    int64_t nb = p->npad / MICRO;
+#pragma omp parallel num_threads(nthreads)
+    {
+        int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+        tiles_on();
+        batch_cols(p, c, nb * t / nt * MICRO, nb * (t + 1) / nt * MICRO);
+        tiles_off();
+    }
+}
+
 #else /* no AMX on this platform */
 
 int todre_sel_amx_usable(todre_dtype dtype)
@@ -335,9 +397,18 @@ void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, in
 {
     (void)p; (void)rows; (void)stride; (void)dtype; (void)n; (void)d; (void)nthreads;
 }
+void todre_sel_amx_pack_rows(const struct todre_sel_amx_pack *p, const void *rows,
+                             int64_t stride, todre_dtype dtype, int64_t d, const int64_t *ids)
+{
+    (void)p; (void)rows; (void)stride; (void)dtype; (void)d; (void)ids;
+}
 void todre_sel_amx_gram(const struct todre_sel_amx_pack *p, float *g, int nthreads)
 {
     (void)p; (void)g; (void)nthreads;
+}
+void todre_sel_amx_batch(const struct todre_sel_amx_pack *p, float *c, int nthreads)
+{
+    (void)p; (void)c; (void)nthreads;
 }
 
 #endif

@@ -10,12 +10,19 @@
  * side (npad rows), b = B side (transposed tiles), npad * dpad uint32 each
  * for f16 (split = 1: a pair (h, l) per value), half that for bf16 (split =
  * 0: a pair per two values). npad and dpad are multiples of 32
- * (todre_sel_amx_pad). */
+ * (todre_sel_amx_pad). For a batch of rows (todre_sel_amx_batch), a holds
+ * only the batch's TODRE_SEL_AMX_BATCH rows, and sw (f16) the same with the
+ * halves of each pair swapped; when a is NULL, packing writes
+ * only b and needs tmp: one block of 16 rows (todre_sel_amx_block) per
+ * thread. */
 struct todre_sel_amx_pack {
-    uint32_t *a, *b;
+    uint32_t *a, *b, *tmp, *sw;
     int64_t npad, dpad;
     int split;
 };
+
+/* Rows computed together by todre_sel_amx_batch (one C micro-block). */
+#define TODRE_SEL_AMX_BATCH 32
 
 int64_t todre_sel_amx_pad(int64_t x);
 
@@ -26,6 +33,21 @@ int todre_sel_amx_usable(todre_dtype dtype);
 /* Fill @p p (arrays allocated by the caller) from n rows of d values. */
 void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, int64_t stride,
                         todre_dtype dtype, int64_t n, int64_t d, int nthreads);
+
+/* uint32 values of the packed tiles of 16 rows. */
+static inline int64_t todre_sel_amx_block(const struct todre_sel_amx_pack *p)
+{
+    return 16 * (p->split ? p->dpad : p->dpad / 2);
+}
+
+/* The A tiles (p->a) of the batch rows ids[0..TODRE_SEL_AMX_BATCH), -1 = a
+ * zero row. */
+void todre_sel_amx_pack_rows(const struct todre_sel_amx_pack *p, const void *rows,
+                             int64_t stride, todre_dtype dtype, int64_t d, const int64_t *ids);
+
+/* c[r * npad + j] = dot(batch row r, row j) for r < TODRE_SEL_AMX_BATCH,
+ * j < npad: bitwise the values todre_sel_amx_gram gives for those pairs. */
+void todre_sel_amx_batch(const struct todre_sel_amx_pack *p, float *c, int nthreads);
 
 /* g[i * npad + j] = dot(row i, row j) for all i, j < npad (both triangles;
  * g[i][j] and g[j][i] are bitwise equal). */

@@ -100,11 +100,61 @@ static float *gram_amx(struct todre_sel_seg *s, todre_status *st, struct todre_d
     }
     p.a = (uint32_t *)buf;
     p.b = (uint32_t *)(buf + plane);
+    p.tmp = p.sw = NULL;
     p.split = split;
     todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads);
     todre_sel_amx_gram(&p, g, s->nthreads);
     compact(g, s->n, p.npad);
     return g;
+}
+
+/* Slot B: B tiles of all rows | the batch's A tiles | the same swapped |
+ * a block per thread;
+ * slot C: rows [n x npad] | batch output [TODRE_SEL_AMX_BATCH x npad] |
+ * have [n]: about the memory of the Gram matrix (32 rows more). */
+todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
+                                 struct todre_diag *diag)
+{
+    struct todre_sel_amx_pack p = {.npad = todre_sel_amx_pad(s->n),
+                                   .dpad = todre_sel_amx_pad(s->d),
+                                   .split = s->dtype == TODRE_DTYPE_F16};
+    size_t blk = (size_t)todre_sel_amx_block(&p) * 4, nblk = (size_t)p.npad / 16;
+    size_t batch = (size_t)TODRE_SEL_AMX_BATCH / 16 * blk;
+    uint32_t *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B,
+                                      nblk * blk + 2 * batch + (size_t)s->nthreads * blk);
+    size_t rows = (size_t)p.npad * (size_t)(s->n + TODRE_SEL_AMX_BATCH) * sizeof(float);
+    char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, rows + (size_t)s->n);
+    if (!b || !c) {
+        snprintf(diag->buf, diag->cap, "workspace: cannot allocate %lld x %lld products",
+                 (long long)s->n, (long long)s->n);
+        return TODRE_ERR_OUT_OF_MEMORY;
+    }
+    p.b = b;
+    p.tmp = (uint32_t *)((char *)b + nblk * blk + 2 * batch);
+    todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads);
+    p.a = (uint32_t *)((char *)b + nblk * blk);
+    p.sw = (uint32_t *)((char *)b + nblk * blk + batch);
+    r->g = (float *)c;
+    r->ld = p.npad;
+    r->amx = p;
+    r->have = (uint8_t *)(c + rows);
+    memset(r->have, 0, (size_t)s->n);
+    return TODRE_OK;
+}
+
+void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, const int64_t *ids,
+                          int count)
+{
+    const struct todre_sel_amx_pack *p = &r->amx;
+    int64_t all[TODRE_SEL_AMX_BATCH];
+    for (int i = 0; i < TODRE_SEL_AMX_BATCH; i++) all[i] = i < count ? ids[i] : -1;
+    float *out = r->g + s->n * p->npad;
+    todre_sel_amx_pack_rows(p, s->rows, s->stride, s->dtype, s->d, all);
+    todre_sel_amx_batch(p, out, s->nthreads);
+    for (int i = 0; i < count; i++) {
+        memcpy(r->g + ids[i] * r->ld, out + i * p->npad, (size_t)s->n * sizeof(float));
+        r->have[ids[i]] = 1;
+    }
 }
 
 /* Lower triangle <- upper triangle, in cache-sized tiles. */

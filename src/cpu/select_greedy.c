@@ -3,7 +3,13 @@
  * Both keep one fp64 value per token, updated with s(v, c) of each newly
  * selected token c: one matrix-vector product over the n rows per step
  * (GEMV strategy: the rows are read in place, f16 / bf16 included), or one
- * row of a Gram matrix made up front (GRAM strategy). The per-row products
+ * row of a Gram matrix made up front (GRAM strategy), or, under AUTO with
+ * AMX, one row made on demand (ROWS): when the row of the new c is not there
+ * yet, the rows of c and of the 31 untaken tokens most likely to come next
+ * (the best current values) are made together: AMX makes rows in blocks of
+ * 32 anyway, and on clustered or Gaussian data 10 to 26 of them are used.
+ * Any row is the same, whichever batch makes it, so the speculation changes
+ * only the time, never the selection. The per-row products
  * are independent and the arg-min / arg-max is a serial scan, so the result
  * does not depend on the thread count. */
 #include <math.h>
@@ -20,26 +26,35 @@
 #define GRAM_FMA_PER_NS 135.0
 #define AMX_FMA_PER_NS 1200.0
 #define PACK_BYTES_PER_NS 12.0
+/* ROWS: rows used per batch of 32, measured 10 to 26 on clustered and
+ * Gaussian data (docs/bench_stage1.md), taken low. A batch runs at about
+ * the Gram matrix's product rate. */
+#define ROWS_PER_BATCH 10.0
 
-static int want_gram(const struct todre_sel_seg *s)
+enum plan { PLAN_GEMV, PLAN_GRAM, PLAN_ROWS };
+
+static enum plan choose(const struct todre_sel_seg *s)
 {
     int64_t strategy = s->be->base.params.strategy;
-    if (strategy == TODRE_STRATEGY_GEMV || !todre_sel_gram_fits(s)) return 0;
-    if (strategy == TODRE_STRATEGY_GRAM) return 1;
+    if (strategy == TODRE_STRATEGY_GEMV || !todre_sel_gram_fits(s)) return PLAN_GEMV;
+    if (strategy == TODRE_STRATEGY_GRAM) return PLAN_GRAM;
+    if (strategy == TODRE_STRATEGY_ROWS) return todre_sel_gram_fast(s) ? PLAN_ROWS : PLAN_GRAM;
     double n = (double)s->n, d = (double)s->d, esz = (double)todre_sel_elem_size(s->dtype);
     double gemv = (double)(s->k - 1) * n * d * esz / GEMV_BYTES_PER_NS;
-    double gram;
-    if (todre_sel_gram_fast(s)) {
-        /* f16: four exact bf16 products per value pair, 8 packed bytes per
-         * value; bf16: one product, 4 bytes */
-        int f16 = s->dtype == TODRE_DTYPE_F16;
-        gram = n * n * d / 2 * (f16 ? 4 : 1) / AMX_FMA_PER_NS +
-               n * d * (f16 ? 8 : 4) / PACK_BYTES_PER_NS;
-    } else {
-        gram = n * n * d / 2 / GRAM_FMA_PER_NS;
+    if (!todre_sel_gram_fast(s)) {
+        double gram = n * n * d / 2 / GRAM_FMA_PER_NS;
         if (s->dtype != TODRE_DTYPE_F32) gram += n * d * (4 + esz) / PACK_BYTES_PER_NS;
+        return gram < gemv ? PLAN_GRAM : PLAN_GEMV;
     }
-    return gram < gemv;
+    /* f16: four exact bf16 products per value pair, 4 packed bytes per
+     * value and side; bf16: one product, 2 bytes */
+    double f16 = s->dtype == TODRE_DTYPE_F16, prod = f16 ? 4 : 1, pack = f16 ? 4 : 2;
+    double gram = n * n * d / 2 * prod / AMX_FMA_PER_NS + 2 * n * d * pack / PACK_BYTES_PER_NS;
+    double batches = ceil((double)(s->k - 1) / ROWS_PER_BATCH);
+    double rows = batches * TODRE_SEL_AMX_BATCH * n * d * prod / AMX_FMA_PER_NS +
+                  n * d * pack / PACK_BYTES_PER_NS;
+    if (rows < gram && rows < gemv) return PLAN_ROWS;
+    return gram < gemv ? PLAN_GRAM : PLAN_GEMV;
 }
 
 /* acc[v] <- acc[v] + s(v, c) (MAX_SUM) or min(acc[v], 1 - s(v, c)) (MAX_MIN)
@@ -68,32 +83,63 @@ static void update_gemv(struct todre_sel_seg *s, int64_t c, int maxmin)
     }
 }
 
-static void update_gram(struct todre_sel_seg *s, const float *gram, int64_t c, int maxmin)
+/* From row c of the raw dots, g[v] = dot(e_c, e_v). */
+static void update_row(struct todre_sel_seg *s, const float *g, int64_t c, int maxmin)
 {
-    const float *g = gram + c * s->n;
     double sc = s->scale[c];
     for (int64_t v = 0; v < s->n; v++)
         if (!s->taken[v]) fold(s->acc, v, (double)g[v] * (s->scale[v] * sc), maxmin);
 }
 
+/* Rows for c and the up to 31 untaken tokens without a row that have the
+ * best values now (ties: lowest index). */
+static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_t c, int sign)
+{
+    int64_t ids[TODRE_SEL_AMX_BATCH];
+    double val[TODRE_SEL_AMX_BATCH];
+    int m = 0;
+    const int cap = TODRE_SEL_AMX_BATCH - 1;
+    for (int64_t v = 0; v < s->n; v++) {
+        if (s->taken[v] || r->have[v]) continue;
+        double x = sign * s->acc[v];
+        if (m == cap && x >= val[m - 1]) continue;
+        int i = m < cap ? m++ : m - 1; /* insertion sort, the worst drops out */
+        for (; i > 0 && val[i - 1] > x; i--) {
+            val[i] = val[i - 1];
+            ids[i + 1] = ids[i];
+        }
+        val[i] = x;
+        ids[i + 1] = v;
+    }
+    ids[0] = c;
+    todre_sel_rows_batch(s, r, ids, m + 1);
+}
+
 todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *gram,
                               int64_t *sel, struct todre_diag *diag)
 {
-    int maxmin = s->job->objective == TODRE_OBJECTIVE_MAX_MIN;
+    int maxmin = s->job->objective == TODRE_OBJECTIVE_MAX_MIN, sign = maxmin ? -1 : +1;
     todre_status st = TODRE_OK;
-    if (!gram && s->k > 1 && want_gram(s)) {
-        gram = todre_sel_gram(s, &st, diag);
-        if (st != TODRE_OK) return st;
-    }
+    enum plan plan = gram ? PLAN_GRAM : s->k > 1 ? choose(s) : PLAN_GEMV;
+    struct todre_sel_rows rows;
+    if (plan == PLAN_GRAM && !gram) gram = todre_sel_gram(s, &st, diag);
+    if (plan == PLAN_ROWS) st = todre_sel_rows_init(s, &rows, diag);
+    if (st != TODRE_OK) return st;
     for (int64_t v = 0; v < s->n; v++) s->acc[v] = maxmin ? INFINITY : 0.0;
     int64_t c = p;
     for (int64_t t = 0;; t++) {
         sel[t] = c;
         s->taken[c] = 1;
         if (t + 1 == s->k) break;
-        if (gram) update_gram(s, gram, c, maxmin);
-        else update_gemv(s, c, maxmin);
-        c = todre_sel_argbest(s->acc, s->taken, s->n, maxmin ? -1 : +1);
+        if (plan == PLAN_ROWS) {
+            if (!rows.have[c]) next_batch(s, &rows, c, sign);
+            update_row(s, rows.g + c * rows.ld, c, maxmin);
+        } else if (gram) {
+            update_row(s, gram + c * s->n, c, maxmin);
+        } else {
+            update_gemv(s, c, maxmin);
+        }
+        c = todre_sel_argbest(s->acc, s->taken, s->n, sign);
     }
     return TODRE_OK;
 }

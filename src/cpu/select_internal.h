@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "cpu_internal.h"
+#include "select_amx.h"
 #include "select_kernels.h"
 
 #define TODRE_SEL_SAFE_LO 1e-30
@@ -77,6 +78,24 @@ int todre_sel_gram_fast(const struct todre_sel_seg *s);
 /* The full (both triangles) n x n matrix of raw dots of s->rows (slot C),
  * or NULL with the status set. */
 const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag);
+
+/* Gram rows made on demand (AMX only), TODRE_SEL_AMX_BATCH rows at a time:
+ * row c of the raw dots lies at g + c * ld once have[c] is set. */
+struct todre_sel_rows {
+    float *g;
+    int64_t ld;
+    uint8_t *have; /* [n] */
+    struct todre_sel_amx_pack amx; /* all rows as B tiles, a batch as A tiles */
+};
+
+/* Pack all rows as B tiles once; fails like todre_sel_gram when memory
+ * runs out. */
+todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
+                                 struct todre_diag *diag);
+
+/* Make the rows ids[0..count) (count <= TODRE_SEL_AMX_BATCH, none made yet). */
+void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, const int64_t *ids,
+                          int count);
 
 /* near[v - lo] = max over u != v of s(v, u) for v in [lo, hi), from @p gram
  * when given, else by blocked products whose buffer respects the limit. */

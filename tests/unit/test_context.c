@@ -108,7 +108,7 @@ static void test_params(void **state)
     static const struct { todre_context_param p; int64_t good, bad; } cases[] = {
         {TODRE_CONTEXT_WORKSPACE_LIMIT, 0, -1},
         {TODRE_CONTEXT_WORKSPACE_LIMIT, INT64_MAX, INT64_MIN},
-        {TODRE_CONTEXT_SELECT_STRATEGY, 2, 3},
+        {TODRE_CONTEXT_SELECT_STRATEGY, 3, 4},
         {TODRE_CONTEXT_SELECT_STRATEGY, 1, -1},
         {TODRE_CONTEXT_NUM_THREADS, 1, -1},
     };

@@ -153,8 +153,10 @@ static void judge_result(const struct tt_case *c, const struct inputs *in, const
 
 /* ---- running a case ------------------------------------------------------------------ */
 
-static const int64_t strategies[] = {0, 1, 2}; /* AUTO, GEMV, GRAM */
-static const char *const strategy_names[] = {"AUTO", "GEMV", "GRAM"};
+/* ROWS (speculative Gram rows) runs on AMX machines and is GRAM elsewhere. */
+enum { NSTRAT = 4 };
+static const int64_t strategies[NSTRAT] = {0, 1, 2, 3}; /* AUTO, GEMV, GRAM, ROWS */
+static const char *const strategy_names[NSTRAT] = {"AUTO", "GEMV", "GRAM", "ROWS"};
 
 struct tally {
     int failures, matched, validated;
@@ -213,7 +215,7 @@ static void check_repeat(todre_context *ctx, todre_select_config *cfg, const str
     free(again);
 }
 
-static void run_case(todre_context *const ctx[3], const struct tt_case *c, const struct inputs *in,
+static void run_case(todre_context *const ctx[NSTRAT], const struct tt_case *c, const struct inputs *in,
                      struct tally *t)
 {
     todre_select_config *cfg = case_config(c);
@@ -221,7 +223,7 @@ static void run_case(todre_context *const ctx[3], const struct tt_case *c, const
     assert_non_null(sel);
     /* repeats of the largest cases are skipped to keep the suite fast */
     int repeat = in->cls_flat || (double)c->n * (double)c->d * (double)c->k <= 5e7;
-    for (int s = 0; s < 3; s++) {
+    for (int s = 0; s < NSTRAT; s++) {
         if (!run_one(ctx[s], cfg, c, in->emb, in->cls, sel, sel + c->k, strategy_names[s])) {
             t->failures++;
             continue;
@@ -236,8 +238,8 @@ static void run_case(todre_context *const ctx[3], const struct tt_case *c, const
 static void test_reference_cases(void **state)
 {
     struct suite *s = *state;
-    todre_context *ctx[3];
-    for (int i = 0; i < 3; i++) {
+    todre_context *ctx[NSTRAT];
+    for (int i = 0; i < NSTRAT; i++) {
         ctx[i] = tt_cpu_context();
         tt_assert_ok(todre_context_set_param(ctx[i], TODRE_CONTEXT_SELECT_STRATEGY, strategies[i]));
     }
@@ -255,9 +257,9 @@ static void test_reference_cases(void **state)
         free_inputs(&in);
         tt_case_free(c);
     }
-    print_message("%zu cases x 3 strategies: %d equal to the reference, %d valid near-tie "
-                  "trajectories, %d failures\n", s->count, t.matched, t.validated, t.failures);
-    for (int i = 0; i < 3; i++) todre_context_destroy(ctx[i]);
+    print_message("%zu cases x %d strategies: %d equal to the reference, %d valid near-tie "
+                  "trajectories, %d failures\n", s->count, NSTRAT, t.matched, t.validated, t.failures);
+    for (int i = 0; i < NSTRAT; i++) todre_context_destroy(ctx[i]);
     assert_int_equal(t.failures, 0);
 }
 
