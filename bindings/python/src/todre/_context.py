@@ -21,7 +21,7 @@ class Context(OwnsHandle):
         backend: 'auto' (CUDA if it can run, else CPU), 'cpu' or 'cuda'.
         device: CUDA device ordinal (ignored for CPU).
         workspace_limit: bytes a strategy may use beyond O(n*d) (default 256 MiB).
-        select_strategy: 0 automatic, 1 matrix-vector, 2 Gram matrix.
+        select_strategy: 0 automatic, 1 matrix-vector, 2 Gram matrix, 3 speculative Gram rows.
         num_threads: CPU threads, 0 = all.
     """
 
