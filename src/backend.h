@@ -17,8 +17,10 @@
 #ifndef TODRE_SRC_BACKEND_H
 #define TODRE_SRC_BACKEND_H
 
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "todre/todre.h"
 
@@ -36,6 +38,23 @@ struct todre_diag {
     char *buf;
     size_t cap;
 };
+
+/* Write a failure's detail into diag (when there is room) and return st, so
+ * that a kernel can `return todre_diag_set(diag, TODRE_ERR_..., "...", ...)`. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static inline todre_status todre_diag_set(struct todre_diag *diag, todre_status st,
+                                          const char *fmt, ...)
+{
+    if (diag && diag->buf && diag->cap > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(diag->buf, diag->cap, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
 
 /* Context parameters the backend honours; the core writes them (validated)
  * into todre_backend.params, the backend reads them at each call. */

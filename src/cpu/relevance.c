@@ -92,20 +92,6 @@ static void probs_head(const struct todre_relevance_probs_job *job, int64_t b, i
     }
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static todre_status fail(struct todre_diag *diag, todre_status st, const char *fmt, ...)
-{
-    if (diag && diag->buf && diag->cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(diag->buf, diag->cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 /* Workspace: the runs of one sequence, one float row per thread (only used
  * for non-contiguous or 16-bit input), and one result per head. */
 struct probs_ws {
@@ -140,7 +126,7 @@ todre_status todre_cpu_relevance_probs(struct todre_backend *base,
     int nt = todre_cpu_threads(be);
     struct probs_ws ws;
     if (!probs_ws_get(be, job, nt, &ws))
-        return fail(diag, TODRE_ERR_OUT_OF_MEMORY,
+        return todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY,
                     "relevance: cannot allocate the probability-path workspace (K = %lld, H = %lld, "
                     "%d threads)", (long long)c->K, (long long)c->H, nt);
     for (int64_t b = 0; b < c->B; b++) {
@@ -158,7 +144,7 @@ todre_status todre_cpu_relevance_probs(struct todre_backend *base,
         }
         for (int64_t h = 0; h < c->H; h++)
             if (ws.heads[h].bad_row >= 0)
-                return fail(diag, TODRE_ERR_NONFINITE,
+                return todre_diag_set(diag, TODRE_ERR_NONFINITE,
                             "attn: NaN or Inf in sequence %lld, head %lld, query row %lld",
                             (long long)b, (long long)h, (long long)ws.heads[h].bad_row);
         for (int64_t h = 0; h < c->H; h++)

@@ -266,32 +266,18 @@ static void qk_item(const struct todre_relevance_qk_job *job, const struct qk_se
     if (nr > 0) process_block(job, pl, b, h, nr, s, res);
 }
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
-#endif
-static todre_status fail(struct todre_diag *diag, todre_status st, const char *fmt, ...)
-{
-    if (diag && diag->buf && diag->cap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(diag->buf, diag->cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 static todre_status report_bad(const struct qk_item_result *r, int64_t b, int64_t h, int64_t G,
                                struct todre_diag *diag)
 {
     switch (r->kind) {
     case QK_BAD_Q:
-        return fail(diag, TODRE_ERR_NONFINITE, "q: NaN or Inf in sequence %lld, head %lld, query row %lld",
+        return todre_diag_set(diag, TODRE_ERR_NONFINITE, "q: NaN or Inf in sequence %lld, head %lld, query row %lld",
                     (long long)b, (long long)h, (long long)r->index);
     case QK_BAD_K:
-        return fail(diag, TODRE_ERR_NONFINITE, "k: NaN or Inf in sequence %lld, key head %lld, key row %lld",
+        return todre_diag_set(diag, TODRE_ERR_NONFINITE, "k: NaN or Inf in sequence %lld, key head %lld, key row %lld",
                     (long long)b, (long long)(h / G), (long long)r->index);
     default:
-        return fail(diag, TODRE_ERR_NONFINITE,
+        return todre_diag_set(diag, TODRE_ERR_NONFINITE,
                     "q, k: scale * q . k overflows float32 in sequence %lld, head %lld, query row %lld",
                     (long long)b, (long long)h, (long long)r->index);
     }
@@ -306,14 +292,14 @@ todre_status todre_cpu_relevance_qk(struct todre_backend *base,
     const int64_t H = c->H, G = H / job->H_kv;
     int nt = todre_cpu_threads(be);
     if (job->dh > DH_MAX)
-        return fail(diag, TODRE_ERR_UNSUPPORTED, "q: head dim %lld is above %lld (CPU backend)",
+        return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED, "q: head dim %lld is above %lld (CPU backend)",
                     (long long)job->dh, (long long)DH_MAX);
     size_t per_thread = scratch_bytes(job->dh);
     size_t plans = align64((size_t)c->B * sizeof(struct qk_seq_plan));
     size_t items = (size_t)(c->B * H) * sizeof(struct qk_item_result);
     char *ws = todre_cpu_workspace(be, TODRE_CPU_WS_RELEVANCE, (size_t)nt * per_thread + plans + items);
     if (!ws)
-        return fail(diag, TODRE_ERR_OUT_OF_MEMORY,
+        return todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY,
                     "relevance: cannot allocate the q/k-path workspace (dh = %lld, B*H = %lld, "
                     "%d threads)", (long long)job->dh, (long long)(c->B * H), nt);
     struct qk_seq_plan *plan = (struct qk_seq_plan *)(ws + (size_t)nt * per_thread);

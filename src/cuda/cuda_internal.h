@@ -78,12 +78,7 @@ struct todre_cuda_backend {
  * (allocation failures -> OUT_OF_MEMORY, others -> DEVICE). */
 todre_status todre_cuda_fail(struct todre_diag *diag, cudaError_t err, const char *what);
 todre_status todre_cublas_fail(struct todre_diag *diag, cublasStatus_t st, const char *what);
-/* printf-style message into diag; returns st. */
-todre_status todre_cuda_diag(struct todre_diag *diag, todre_status st, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
+/* printf-style messages: todre_diag_set() in backend.h. */
 
 /* Make the backend's device current for the duration of a call and restore
  * the caller's device afterwards. */

@@ -17,24 +17,13 @@
 
 /* ---- diagnostics ----------------------------------------------------------- */
 
-todre_status todre_cuda_diag(struct todre_diag *diag, todre_status st, const char *fmt, ...)
-{
-    if (diag && diag->buf && diag->cap > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(diag->buf, diag->cap, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
-
 todre_status todre_cuda_fail(struct todre_diag *diag, cudaError_t err, const char *what)
 {
     todre_status st = (err == cudaErrorMemoryAllocation) ? TODRE_ERR_OUT_OF_MEMORY
                                                           : TODRE_ERR_DEVICE;
     /* Clear a non-sticky error so that it does not resurface in a later call. */
     (void)cudaGetLastError();
-    return todre_cuda_diag(diag, st, "%s: %s (%s)", what, cudaGetErrorString(err),
+    return todre_diag_set(diag, st, "%s: %s (%s)", what, cudaGetErrorString(err),
                            cudaGetErrorName(err));
 }
 
@@ -42,7 +31,7 @@ todre_status todre_cublas_fail(struct todre_diag *diag, cublasStatus_t st, const
 {
     todre_status s = (st == CUBLAS_STATUS_ALLOC_FAILED) ? TODRE_ERR_OUT_OF_MEMORY
                                                          : TODRE_ERR_DEVICE;
-    return todre_cuda_diag(diag, s, "%s: cuBLAS error %s (%s)", what, cublasGetStatusName(st),
+    return todre_diag_set(diag, s, "%s: cuBLAS error %s (%s)", what, cublasGetStatusName(st),
                            cublasGetStatusString(st));
 }
 
@@ -75,7 +64,7 @@ todre_status todre_cuda_check_pointer(struct todre_cuda_backend *be, const void 
     cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+        return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
                                "%s: the pointer is not CUDA memory (%s)", name,
                                cudaGetErrorString(err));
     }
@@ -84,16 +73,16 @@ todre_status todre_cuda_check_pointer(struct todre_cuda_backend *be, const void 
         return TODRE_OK;
     case cudaMemoryTypeDevice:
         if (attr.device != be->base.device)
-            return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+            return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
                                    "%s: memory of CUDA device %d given to a context on device %d",
                                    name, attr.device, be->base.device);
         return TODRE_OK;
     case cudaMemoryTypeHost:
-        return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+        return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
                                "%s: pinned host memory given to a CUDA context (device memory "
                                "is required; use a CPU context for host tensors)", name);
     default:
-        return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+        return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
                                "%s: host memory given to a CUDA context (device memory is "
                                "required; use a CPU context for host tensors)", name);
     }
@@ -151,7 +140,7 @@ static todre_status cuda_synchronize(struct todre_backend *base, struct todre_di
         if (err == cudaSuccess) err = cudaStreamSynchronize(be->stream);
         todre_cuda_leave(&sc);
         if (err != cudaSuccess) return todre_cuda_fail(diag, err, "clearing the non-finite flag");
-        return todre_cuda_diag(diag, TODRE_ERR_NONFINITE,
+        return todre_diag_set(diag, TODRE_ERR_NONFINITE,
                                "%s contained NaN or Inf in a selection queued since the last "
                                "synchronize (the affected sets' outputs were filled with -1)",
                                (flag & 2) ? ((flag & 1) ? "embeddings and cls" : "cls")
@@ -195,7 +184,7 @@ static const struct todre_backend_ops cuda_ops = {
 static todre_status check_abi(uint32_t abi_version, struct todre_diag *diag)
 {
     if (abi_version == TODRE_BACKEND_ABI_VERSION) return TODRE_OK;
-    return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+    return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
                            "libtodre-cuda was built for backend ABI %u, the core uses %u "
                            "(install matching versions)",
                            (unsigned)TODRE_BACKEND_ABI_VERSION, (unsigned)abi_version);
@@ -207,12 +196,12 @@ static todre_status check_device(int device, int count, struct todre_diag *diag)
     cudaError_t err = cudaGetDeviceProperties(&prop, device);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+        return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
                                "CUDA device %d of %d: %s", device, count,
                                cudaGetErrorString(err));
     }
     if (prop.major < TODRE_CUDA_MIN_CC_MAJOR)
-        return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+        return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
                                "CUDA device %d (%s) has compute capability %d.%d; libtodre-cuda "
                                "needs 8.0 or newer", device, prop.name, prop.major, prop.minor);
     return TODRE_OK;
@@ -224,12 +213,12 @@ static todre_status device_count(int *count, struct todre_diag *diag)
     cudaError_t err = cudaGetDeviceCount(count);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
-        return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+        return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
                                "no usable CUDA driver or device: %s (%s)",
                                cudaGetErrorString(err), cudaGetErrorName(err));
     }
     if (*count <= 0)
-        return todre_cuda_diag(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+        return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
                                "the CUDA driver reports no devices");
     return TODRE_OK;
 }
@@ -306,7 +295,7 @@ TODRE_MODULE_EXPORT todre_status todre_backend_module_init(uint32_t abi_version,
                                                            struct todre_backend **out,
                                                            struct todre_diag *diag)
 {
-    if (!out) return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
+    if (!out) return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
     *out = NULL;
     todre_status st = check_abi(abi_version, diag);
     if (st != TODRE_OK) return st;
@@ -314,7 +303,7 @@ TODRE_MODULE_EXPORT todre_status todre_backend_module_init(uint32_t abi_version,
     st = device_count(&count, diag);
     if (st != TODRE_OK) return st;
     if (device < 0 || device >= count)
-        return todre_cuda_diag(diag, TODRE_ERR_INVALID_ARGUMENT,
+        return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
                                "device: %d is not a CUDA device ordinal (this machine has %d)",
                                device, count);
     st = check_device(device, count, diag);
@@ -322,7 +311,7 @@ TODRE_MODULE_EXPORT todre_status todre_backend_module_init(uint32_t abi_version,
 
     struct todre_cuda_backend *be =
         (struct todre_cuda_backend *)calloc(1, sizeof(struct todre_cuda_backend));
-    if (!be) return todre_cuda_diag(diag, TODRE_ERR_OUT_OF_MEMORY, "allocating the CUDA backend");
+    if (!be) return todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY, "allocating the CUDA backend");
     be->base.ops = &cuda_ops;
     be->base.device_type = TODRE_DEVICE_CUDA;
     be->base.device = device;

@@ -375,7 +375,7 @@ static todre_status fetch_sums(struct todre_cuda_backend *be, const struct todre
     int bad;
     memcpy(&bad, h + 4 * c->B, sizeof bad);
     if (bad)
-        return todre_cuda_diag(diag, TODRE_ERR_NONFINITE, "%s contain NaN or Inf",
+        return todre_diag_set(diag, TODRE_ERR_NONFINITE, "%s contain NaN or Inf",
                                qk ? "q or k" : "attn");
     for (int64_t b = 0; b < c->B; b++) {
         if (!c->active[b]) continue;
@@ -401,7 +401,7 @@ static todre_status probs_body(struct todre_cuda_backend *be,
     CK(cudaMemsetAsync(flag, 0, sizeof(double), be->stream), "cudaMemsetAsync");
     int64_t blocks = (nrows + 7) / 8;
     if (blocks > 0x7fffffff)
-        return todre_cuda_diag(diag, TODRE_ERR_UNSUPPORTED, "attn: too many rows for one launch");
+        return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED, "attn: too many rows for one launch");
     int vec = job->s_k == 1 && (uintptr_t)job->attn % todre_dtype_bytes(job->dtype) == 0;
     DISPATCH_DTYPE(job->dtype, T,
         k_probs_rows<T><<<(unsigned)blocks, 256, 0, be->stream>>>(
@@ -448,7 +448,7 @@ static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_re
     CKS(todre_cuda_check_pointer(be, job->k, "k", diag));
     size_t smem = qk_smem(job->dh);
     if (smem > (size_t)qk_smem_cap(be->smem_optin))
-        return todre_cuda_diag(diag, TODRE_ERR_UNSUPPORTED,
+        return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
                                "q: head dimension %lld is too large for the CUDA kernel",
                                (long long)job->dh);
     struct rel_tables tb;
@@ -463,7 +463,7 @@ static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_re
     CK(cudaMemsetAsync(dsums, 0, ((size_t)c->B * 4 + 1) * sizeof(double), be->stream),
        "cudaMemsetAsync");
     if (tiles > 0x7fffffff || c->H > 65535 || c->B > 65535)
-        return todre_cuda_diag(diag, TODRE_ERR_UNSUPPORTED,
+        return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
                                "q: more than 65535 heads or sequences in one call");
     struct qk_args a;
     a.q = job->q;

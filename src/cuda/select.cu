@@ -279,7 +279,7 @@ static todre_status run_gemv(struct todre_cuda_backend *be, const struct todre_s
 {
     if (p->G == 0) return TODRE_OK;
     if (!be->coop_supported)
-        return todre_cuda_diag(diag, TODRE_ERR_UNSUPPORTED,
+        return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
                                "the matrix-vector selection path needs cooperative launch, "
                                "which this device lacks; raise the workspace limit so that "
                                "the Gram path fits");
@@ -443,10 +443,10 @@ static todre_status select_body(struct todre_cuda_backend *be, const struct todr
 {
     CKS(check_pointers(be, job, diag));
     if (job->nseg > 0x3fffffff || job->seg_offsets[job->nseg] > 0x7fffffff)
-        return todre_cuda_diag(diag, TODRE_ERR_UNSUPPORTED,
+        return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
                                "embeddings: the CUDA backend handles at most 2^31 - 1 rows per call");
     if (job->d > 0x7fffffff || job->emb_row_stride > 0x7fffffff)
-        return todre_cuda_diag(diag, TODRE_ERR_UNSUPPORTED,
+        return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
                                "embeddings: d and the row stride must be below 2^31 on CUDA");
     struct plan p;
     memset(&p, 0, sizeof p);
