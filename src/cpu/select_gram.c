@@ -108,10 +108,24 @@ static float *gram_amx(struct todre_sel_seg *s, todre_status *st, struct todre_d
     return g;
 }
 
+/* Rows the ROWS store may hold within the workspace limit (the batch
+ * output counts too), at most n; 0 when ROWS cannot run here. Each row is
+ * used at most once, so the store needs only the rows made and not yet used:
+ * at least 2 batches (or n) suffice, evicting unused speculative rows. */
+int64_t todre_sel_rows_slots(const struct todre_sel_seg *s)
+{
+    if (!todre_sel_amx_usable(s->dtype) || s->n > INT32_MAX) return 0;
+    double row = (double)todre_sel_amx_pad(s->n) * sizeof(float);
+    double fit = floor((double)s->be->base.params.workspace_limit / row) - TODRE_SEL_AMX_BATCH;
+    int64_t need = s->n < 2 * TODRE_SEL_AMX_BATCH ? s->n : 2 * TODRE_SEL_AMX_BATCH;
+    if (fit < (double)need) return 0;
+    return fit < (double)s->n ? (int64_t)fit : s->n;
+}
+
 /* Slot B: B tiles of all rows | the batch's A tiles | the same swapped |
  * a block per thread;
- * slot C: rows [n x npad] | batch output [TODRE_SEL_AMX_BATCH x npad] |
- * have [n]: about the memory of the Gram matrix (32 rows more). */
+ * slot C: the store [slots x npad] | batch output [TODRE_SEL_AMX_BATCH x npad]
+ * | slot [n] | owner [slots] | free [slots]. */
 todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
                                  struct todre_diag *diag)
 {
@@ -122,11 +136,13 @@ todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows 
     size_t batch = (size_t)TODRE_SEL_AMX_BATCH / 16 * blk;
     uint32_t *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B,
                                       nblk * blk + 2 * batch + (size_t)s->nthreads * blk);
-    size_t rows = (size_t)p.npad * (size_t)(s->n + TODRE_SEL_AMX_BATCH) * sizeof(float);
-    char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, rows + (size_t)s->n);
+    int64_t slots = todre_sel_rows_slots(s);
+    size_t rows = (size_t)p.npad * (size_t)(slots + TODRE_SEL_AMX_BATCH) * sizeof(float);
+    char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
+                                  rows + (size_t)(s->n + 2 * slots) * sizeof(int32_t));
     if (!b || !c) {
         snprintf(diag->buf, diag->cap, "workspace: cannot allocate %lld x %lld products",
-                 (long long)s->n, (long long)s->n);
+                 (long long)slots, (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
     p.b = b;
@@ -136,25 +152,65 @@ todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows 
     p.sw = (uint32_t *)((char *)b + nblk * blk + batch);
     r->g = (float *)c;
     r->ld = p.npad;
+    r->out = r->g + slots * p.npad;
     r->amx = p;
-    r->have = (uint8_t *)(c + rows);
-    memset(r->have, 0, (size_t)s->n);
+    r->slot = (int32_t *)(c + rows);
+    r->owner = r->slot + s->n;
+    r->free = r->owner + slots;
+    r->slots = r->nfree = slots;
+    for (int64_t v = 0; v < s->n; v++) r->slot[v] = -1;
+    for (int64_t i = 0; i < slots; i++) {
+        r->owner[i] = -1;
+        r->free[i] = (int32_t)(slots - 1 - i); /* slot 0 first */
+    }
     return TODRE_OK;
 }
 
+/* A slot for a new row: a free one, else the one of the stored row whose
+ * token is least likely to be selected soon (worst value sign * acc; ties:
+ * the highest index goes). Slots of the batch being placed are marked -2 and
+ * never evicted. */
+static int32_t take_slot(const struct todre_sel_seg *s, struct todre_sel_rows *r, int sign)
+{
+    if (r->nfree) return r->free[--r->nfree];
+    int32_t worst = -1;
+    double wx = 0;
+    for (int32_t i = 0; i < (int32_t)r->slots; i++) {
+        int32_t o = r->owner[i];
+        if (o < 0) continue;
+        double x = sign * s->acc[o];
+        if (worst < 0 || x > wx || (x == wx && o > r->owner[worst])) {
+            worst = i;
+            wx = x;
+        }
+    }
+    r->slot[r->owner[worst]] = -1; /* recomputed if its token is selected */
+    return worst;
+}
+
 void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, const int64_t *ids,
-                          int count)
+                          int count, int sign)
 {
     const struct todre_sel_amx_pack *p = &r->amx;
     int64_t all[TODRE_SEL_AMX_BATCH];
+    int32_t at[TODRE_SEL_AMX_BATCH];
     for (int i = 0; i < TODRE_SEL_AMX_BATCH; i++) all[i] = i < count ? ids[i] : -1;
-    float *out = r->g + s->n * p->npad;
     todre_sel_amx_pack_rows(p, s->rows, s->stride, s->dtype, s->d, all);
-    todre_sel_amx_batch(p, out, s->nthreads);
+    todre_sel_amx_batch(p, r->out, s->nthreads);
+    for (int i = 0; i < count; i++) r->owner[at[i] = take_slot(s, r, sign)] = -2;
     for (int i = 0; i < count; i++) {
-        memcpy(r->g + ids[i] * r->ld, out + i * p->npad, (size_t)s->n * sizeof(float));
-        r->have[ids[i]] = 1;
+        memcpy(r->g + at[i] * r->ld, r->out + i * p->npad, (size_t)s->n * sizeof(float));
+        r->owner[at[i]] = (int32_t)ids[i];
+        r->slot[ids[i]] = at[i];
     }
+}
+
+void todre_sel_rows_drop(struct todre_sel_rows *r, int64_t c)
+{
+    int32_t i = r->slot[c];
+    r->slot[c] = -1;
+    r->owner[i] = -1;
+    r->free[r->nfree++] = i;
 }
 
 /* Lower triangle <- upper triangle, in cache-sized tiles. */

@@ -9,7 +9,10 @@
  * (the best current values) are made together: AMX makes rows in blocks of
  * 32 anyway, and on clustered or Gaussian data 10 to 26 of them are used.
  * Any row is the same, whichever batch makes it, so the speculation changes
- * only the time, never the selection. The per-row products
+ * only the time, never the selection. A row is used once, so ROWS keeps only
+ * rows made and not yet used, in a store sized by the workspace limit (any
+ * n): a full store evicts the speculative rows least likely to be used, and
+ * an evicted row is made again if its token is selected. The per-row products
  * are independent and the arg-min / arg-max is a serial scan, so the result
  * does not depend on the thread count. */
 #include <math.h>
@@ -35,26 +38,35 @@ enum plan { PLAN_GEMV, PLAN_GRAM, PLAN_ROWS };
 
 static enum plan choose(const struct todre_sel_seg *s)
 {
-    int64_t strategy = s->be->base.params.strategy;
-    if (strategy == TODRE_STRATEGY_GEMV || !todre_sel_gram_fits(s)) return PLAN_GEMV;
-    if (strategy == TODRE_STRATEGY_GRAM) return PLAN_GRAM;
-    if (strategy == TODRE_STRATEGY_ROWS) return todre_sel_gram_fast(s) ? PLAN_ROWS : PLAN_GRAM;
+    int64_t strategy = s->be->base.params.strategy, slots = todre_sel_rows_slots(s);
+    int fits = todre_sel_gram_fits(s);
+    if (strategy == TODRE_STRATEGY_GEMV) return PLAN_GEMV;
+    if (strategy == TODRE_STRATEGY_GRAM) return fits ? PLAN_GRAM : PLAN_GEMV;
+    if (strategy == TODRE_STRATEGY_ROWS) return slots ? PLAN_ROWS : fits ? PLAN_GRAM : PLAN_GEMV;
     double n = (double)s->n, d = (double)s->d, esz = (double)todre_sel_elem_size(s->dtype);
-    double gemv = (double)(s->k - 1) * n * d * esz / GEMV_BYTES_PER_NS;
-    if (!todre_sel_gram_fast(s)) {
-        double gram = n * n * d / 2 / GRAM_FMA_PER_NS;
-        if (s->dtype != TODRE_DTYPE_F32) gram += n * d * (4 + esz) / PACK_BYTES_PER_NS;
-        return gram < gemv ? PLAN_GRAM : PLAN_GEMV;
-    }
-    /* f16: four exact bf16 products per value pair, 4 packed bytes per
-     * value and side; bf16: one product, 2 bytes */
+    double best = (double)(s->k - 1) * n * d * esz / GEMV_BYTES_PER_NS;
+    enum plan plan = PLAN_GEMV;
+    /* f16 on AMX: four exact bf16 products per value pair, 4 packed bytes
+     * per value and side; bf16: one product, 2 bytes */
     double f16 = s->dtype == TODRE_DTYPE_F16, prod = f16 ? 4 : 1, pack = f16 ? 4 : 2;
-    double gram = n * n * d / 2 * prod / AMX_FMA_PER_NS + 2 * n * d * pack / PACK_BYTES_PER_NS;
-    double batches = ceil((double)(s->k - 1) / ROWS_PER_BATCH);
-    double rows = batches * TODRE_SEL_AMX_BATCH * n * d * prod / AMX_FMA_PER_NS +
-                  n * d * pack / PACK_BYTES_PER_NS;
-    if (rows < gram && rows < gemv) return PLAN_ROWS;
-    return gram < gemv ? PLAN_GRAM : PLAN_GEMV;
+    if (fits) {
+        double gram = n * n * d / 2 / GRAM_FMA_PER_NS;
+        if (todre_sel_gram_fast(s))
+            gram = n * n * d / 2 * prod / AMX_FMA_PER_NS + 2 * n * d * pack / PACK_BYTES_PER_NS;
+        else if (s->dtype != TODRE_DTYPE_F32)
+            gram += n * d * (4 + esz) / PACK_BYTES_PER_NS;
+        if (gram < best) best = gram, plan = PLAN_GRAM;
+    }
+    /* A store smaller than n may evict rows that are then selected and made
+     * again; with the default limit it holds thousands of rows, far more
+     * than the few dozen a batch leaves unused, so that is not modelled. */
+    if (slots) {
+        double batches = ceil((double)(s->k - 1) / ROWS_PER_BATCH);
+        double rows = batches * TODRE_SEL_AMX_BATCH * n * d * prod / AMX_FMA_PER_NS +
+                      n * d * pack / PACK_BYTES_PER_NS;
+        if (rows < best) plan = PLAN_ROWS;
+    }
+    return plan;
 }
 
 /* acc[v] <- acc[v] + s(v, c) (MAX_SUM) or min(acc[v], 1 - s(v, c)) (MAX_MIN)
@@ -100,7 +112,7 @@ static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_
     int m = 0;
     const int cap = TODRE_SEL_AMX_BATCH - 1;
     for (int64_t v = 0; v < s->n; v++) {
-        if (s->taken[v] || r->have[v]) continue;
+        if (s->taken[v] || r->slot[v] >= 0) continue;
         double x = sign * s->acc[v];
         if (m == cap && x >= val[m - 1]) continue;
         int i = m < cap ? m++ : m - 1; /* insertion sort, the worst drops out */
@@ -112,7 +124,7 @@ static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_
         ids[i + 1] = v;
     }
     ids[0] = c;
-    todre_sel_rows_batch(s, r, ids, m + 1);
+    todre_sel_rows_batch(s, r, ids, m + 1, sign);
 }
 
 todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *gram,
@@ -132,8 +144,9 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
         s->taken[c] = 1;
         if (t + 1 == s->k) break;
         if (plan == PLAN_ROWS) {
-            if (!rows.have[c]) next_batch(s, &rows, c, sign);
-            update_row(s, rows.g + c * rows.ld, c, maxmin);
+            if (rows.slot[c] < 0) next_batch(s, &rows, c, sign);
+            update_row(s, rows.g + rows.slot[c] * rows.ld, c, maxmin);
+            todre_sel_rows_drop(&rows, c);
         } else if (gram) {
             update_row(s, gram + c * s->n, c, maxmin);
         } else {

@@ -79,23 +79,37 @@ int todre_sel_gram_fast(const struct todre_sel_seg *s);
  * or NULL with the status set. */
 const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag);
 
-/* Gram rows made on demand (AMX only), TODRE_SEL_AMX_BATCH rows at a time:
- * row c of the raw dots lies at g + c * ld once have[c] is set. */
+/* Gram rows made on demand (AMX only), TODRE_SEL_AMX_BATCH rows at a time,
+ * kept in a store of `slots` rows: row c of the raw dots lies at
+ * g + slot[c] * ld while slot[c] >= 0. A row is needed once (when its token
+ * is selected), so a used row is dropped, and unused ones may be evicted
+ * for a new batch; any row is bitwise the same whichever batch makes it. */
 struct todre_sel_rows {
-    float *g;
-    int64_t ld;
-    uint8_t *have; /* [n] */
+    float *g, *out; /* the store; the batch output */
+    int64_t ld, slots, nfree;
+    int32_t *slot;  /* [n] slot of token v's row, -1 = none */
+    int32_t *owner; /* [slots] token of a slot, -1 = free */
+    int32_t *free;  /* [slots] stack of free slots, nfree of them */
     struct todre_sel_amx_pack amx; /* all rows as B tiles, a batch as A tiles */
 };
 
-/* Pack all rows as B tiles once; fails like todre_sel_gram when memory
- * runs out. */
+/* Rows the store holds within the workspace limit (at most n); 0 where ROWS
+ * cannot run (no AMX for the dtype, or not even 2 batches fit). */
+int64_t todre_sel_rows_slots(const struct todre_sel_seg *s);
+
+/* Pack all rows as B tiles once, empty store; fails like todre_sel_gram when
+ * memory runs out. Needs todre_sel_rows_slots(s) > 0. */
 todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
                                  struct todre_diag *diag);
 
-/* Make the rows ids[0..count) (count <= TODRE_SEL_AMX_BATCH, none made yet). */
+/* Make the rows ids[0..count) (count <= TODRE_SEL_AMX_BATCH, none stored,
+ * none selected but ids[0]); when the store is full, evicts the rows whose
+ * tokens have the worst values sign * s->acc. */
 void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, const int64_t *ids,
-                          int count);
+                          int count, int sign);
+
+/* Free the slot of stored row c once it has been used. */
+void todre_sel_rows_drop(struct todre_sel_rows *r, int64_t c);
 
 /* near[v - lo] = max over u != v of s(v, u) for v in [lo, hi), from @p gram
  * when given, else by blocked products whose buffer respects the limit. */
