@@ -80,6 +80,19 @@ todre_status todre_cuda_fail(struct todre_diag *diag, cudaError_t err, const cha
 todre_status todre_cublas_fail(struct todre_diag *diag, cublasStatus_t st, const char *what);
 /* printf-style messages: todre_diag_set() in backend.h. */
 
+/* Early returns inside functions that have a `struct todre_diag *diag`:
+ * CK for a CUDA runtime call, CKS for a call returning todre_status. */
+#define CK(call, what)                                                  \
+    do {                                                                \
+        cudaError_t err_ = (call);                                      \
+        if (err_ != cudaSuccess) return todre_cuda_fail(diag, err_, what); \
+    } while (0)
+#define CKS(call)                                  \
+    do {                                           \
+        todre_status st_ = (call);                 \
+        if (st_ != TODRE_OK) return st_;           \
+    } while (0)
+
 /* Make the backend's device current for the duration of a call and restore
  * the caller's device afterwards. */
 struct todre_cuda_scope {

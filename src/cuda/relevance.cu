@@ -21,17 +21,6 @@ using namespace todre_cuda;
     default: { typedef float T; __VA_ARGS__; break; }               \
     }
 
-#define CK(call, what)                                                  \
-    do {                                                                \
-        cudaError_t err_ = (call);                                      \
-        if (err_ != cudaSuccess) return todre_cuda_fail(diag, err_, what); \
-    } while (0)
-#define CKS(call)                                  \
-    do {                                           \
-        todre_status st_ = (call);                 \
-        if (st_ != TODRE_OK) return st_;           \
-    } while (0)
-
 /* Which key type a query row counts in its numerator, or -1 for rows that
  * contribute nothing (system rows). */
 __device__ __forceinline__ int target_type(unsigned char qtype)

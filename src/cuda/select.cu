@@ -159,17 +159,6 @@ struct dev {
     int64_t *sel;
 };
 
-#define CK(call, what)                                                  \
-    do {                                                                \
-        cudaError_t err_ = (call);                                      \
-        if (err_ != cudaSuccess) return todre_cuda_fail(diag, err_, what); \
-    } while (0)
-#define CKS(call)                                  \
-    do {                                           \
-        todre_status st_ = (call);                 \
-        if (st_ != TODRE_OK) return st_;           \
-    } while (0)
-
 static enum todre_cuda_pivot_rule pivot_rule(todre_pivot pv)
 {
     switch (pv) {

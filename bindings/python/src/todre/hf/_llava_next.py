@@ -15,7 +15,8 @@ is 0 (they have no vision-tower attention).
 
 import torch
 
-from ._prompt import kept_columns, left_pack, pad_token, restore_prompt
+from ._prompt import (kept_columns, left_pack, pad_token, restore_prompt,
+                      split_generate_call)
 from ._select import select_each
 
 
@@ -110,13 +111,10 @@ def _pack_cls(inner, maps, image_sizes, strategy, feats):
 
 def generate(model, original_generate, settings, args, kwargs):
     """generate() with stage 1 applied to the prompt's images."""
-    pixel_values = kwargs.get("pixel_values")
-    input_ids = kwargs.get("input_ids", args[0] if args else None)
-    if pixel_values is None or input_ids is None or settings.stage1_off:
+    call = split_generate_call(settings, args, kwargs)
+    if call is None:
         return original_generate(*args, **kwargs)
-    kwargs = dict(kwargs)
-    kwargs.pop("input_ids", None)
-    args = args[1:]
+    input_ids, args, kwargs = call
     pixel_values = kwargs.pop("pixel_values")
     image_sizes = kwargs.pop("image_sizes", None)
     if image_sizes is None:

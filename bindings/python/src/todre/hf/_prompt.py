@@ -11,6 +11,18 @@ def _bad(message):
     return todre.TodreError(todre.Status.INVALID_ARGUMENT, message)
 
 
+def split_generate_call(settings, args, kwargs):
+    """The prompt of a generate() call and the rest of its arguments, or None
+    when stage 1 has nothing to do (no images, no input_ids, or switched off).
+    input_ids may come positionally or by keyword; it is removed from both."""
+    input_ids = kwargs.get("input_ids", args[0] if args else None)
+    if kwargs.get("pixel_values") is None or input_ids is None or settings.stage1_off:
+        return None
+    kwargs = dict(kwargs)
+    kwargs.pop("input_ids", None)
+    return input_ids, args[1:], kwargs
+
+
 def kept_columns(input_ids, attention_mask, image_token_id, lengths, kept_per_image):
     """Per row, the columns that stay (ascending LongTensor per row).
 

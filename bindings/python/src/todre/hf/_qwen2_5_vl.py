@@ -16,7 +16,8 @@ positions also match the unpruned model. Videos are passed through unpruned.
 
 import torch
 
-from ._prompt import kept_columns, left_pack, pad_token, restore_prompt
+from ._prompt import (kept_columns, left_pack, pad_token, restore_prompt,
+                      split_generate_call)
 from ._select import select_each
 
 
@@ -29,13 +30,10 @@ def _token_types(cfg, input_ids):
 
 def generate(model, original_generate, settings, args, kwargs):
     """generate() with stage 1 applied to the prompt's images."""
-    pixel_values = kwargs.get("pixel_values")
-    input_ids = kwargs.get("input_ids", args[0] if args else None)
-    if pixel_values is None or input_ids is None or settings.stage1_off:
+    call = split_generate_call(settings, args, kwargs)
+    if call is None:
         return original_generate(*args, **kwargs)
-    kwargs = dict(kwargs)
-    kwargs.pop("input_ids", None)
-    args = args[1:]
+    input_ids, args, kwargs = call
     cfg = model.config
     inner = model.model
     pixel_values = kwargs.pop("pixel_values")
