@@ -103,6 +103,11 @@ todre_status todre_cuda_enter(struct todre_cuda_backend *be, struct todre_cuda_s
                               struct todre_diag *diag);
 void todre_cuda_leave(struct todre_cuda_scope *sc);
 
+/* UNSUPPORTED while the context's stream is being captured into a CUDA
+ * graph: a replay would reread pinned staging slots that later calls have
+ * overwritten, and the workspace growth waits cannot be captured. */
+todre_status todre_cuda_not_capturing(struct todre_cuda_backend *be, struct todre_diag *diag);
+
 /* Reject memory the device cannot use as a CUDA tensor of this context:
  * host (pageable or pinned) memory or another device's memory. @p name is
  * the public tensor name used in the message. */

@@ -59,9 +59,12 @@ __device__ __forceinline__ void ld8(const __nv_bfloat16 *p, float v[8])
 /* ---- argmin keys ---------------------------------------------------------- */
 
 /* Monotone map float -> uint32 (larger float, larger key). -0 and +0 map to
- * the same key so that they tie, as they compare equal on the CPU. */
+ * the same key so that they tie, as they compare equal on the CPU. NaN of
+ * either sign sorts after +inf, so it never wins an argmin or an argmax
+ * (argmax negates its values). */
 __device__ __forceinline__ uint32_t ord_f32(float f)
 {
+    if (isnan(f)) return 0xfffffffeu;
     f = f + 0.0f; /* -0 -> +0 */
     uint32_t b = __float_as_uint(f);
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);

@@ -56,6 +56,21 @@ void todre_cuda_leave(struct todre_cuda_scope *sc)
     if (sc->changed) (void)cudaSetDevice(sc->prev);
 }
 
+todre_status todre_cuda_not_capturing(struct todre_cuda_backend *be, struct todre_diag *diag)
+{
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaError_t err = cudaStreamIsCapturing(be->stream, &cs);
+    if (err == cudaErrorStreamCaptureImplicit ||
+        (err == cudaSuccess && cs != cudaStreamCaptureStatusNone)) {
+        (void)cudaGetLastError();
+        return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
+                               "the context's stream is being captured into a CUDA graph; "
+                               "libtodre calls cannot be captured (call outside the capture)");
+    }
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaStreamIsCapturing");
+    return TODRE_OK;
+}
+
 todre_status todre_cuda_check_pointer(struct todre_cuda_backend *be, const void *ptr,
                                       const char *name, struct todre_diag *diag)
 {

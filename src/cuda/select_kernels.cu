@@ -1,5 +1,7 @@
 /* Stage-1 kernels: normalisation, pivots, the two greedy loops (Gram and
  * matrix-vector), CLS top-k and the position order. See select_kernels.h. */
+#include <float.h>
+
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_segmented_sort.cuh>
@@ -278,6 +280,20 @@ cudaError_t todre_cuda_launch_pivot(const struct todre_cuda_seg *segs, int s0, i
     return cudaGetLastError();
 }
 
+/* One greedy cost update of an unselected row v from the raw dot product
+ * e_c . e_v: max-sum adds s(c, v), max-min keeps max(x, s - 1). Rounding is
+ * pinned (no FMA contraction), so the CPU emulator reproduces the GPU bit
+ * for bit. +inf marks a selected row: a cost that overflows or turns NaN
+ * (raw dot products beyond fp32 range, subnormal-only rows) becomes FLT_MAX,
+ * so it still sorts before every selected row and no index is taken twice. */
+template <int OBJ>
+__device__ __forceinline__ float greedy_update(float x, float dot, float ic, float iv)
+{
+    float sim = __fmul_rn(__fmul_rn(dot, ic), iv);
+    x = (OBJ == TODRE_CUDA_OBJ_SUM) ? __fadd_rn(x, sim) : fmaxf(x, __fadd_rn(sim, -1.f));
+    return x < INFINITY ? x : FLT_MAX;
+}
+
 /* ---- greedy loop, Gram path ----------------------------------------------------- */
 
 /* The set's whole loop in one block: the cost vector and the inverse norms
@@ -321,8 +337,7 @@ k_greedy_gram(const struct todre_cuda_seg *segs, int s0, const int *pivot, const
             if (v == c) {
                 x = INFINITY;
             } else if (x != INFINITY) {
-                float sim = g[v] * ic * iv[v];
-                x = (OBJ == TODRE_CUDA_OBJ_SUM) ? x + sim : fmaxf(x, sim - 1.f);
+                x = greedy_update<OBJ>(x, g[v], ic, iv[v]);
             }
             cost[v] = x;
             unsigned long long k = argmin_key(x, (uint32_t)v);
@@ -437,8 +452,7 @@ __global__ void __launch_bounds__(GEMV_THREADS) k_greedy_gemv(struct gemv_args a
                     } else if (x != INFINITY) {
                         const int64_t r = s.row0 + v;
                         float dot = warp_dot(emb + r * a.ld, ec, a.d, a.vec);
-                        float sim = dot * ic * a.inv[r];
-                        x = (OBJ == TODRE_CUDA_OBJ_SUM) ? x + sim : fmaxf(x, sim - 1.f);
+                        x = greedy_update<OBJ>(x, dot, ic, a.inv[r]);
                     }
                     if (lane == 0) {
                         a.cost[w] = x;
@@ -468,8 +482,15 @@ static cudaError_t launch_gemv(struct gemv_args *a, int sm_count, cudaStream_t s
     if (want < grid) grid = want;
     if (grid < 1) grid = 1;
     void *args[] = {a};
-    return cudaLaunchCooperativeKernel((const void *)k_greedy_gemv<T, OBJ>, dim3((unsigned)grid),
-                                       dim3(GEMV_THREADS), args, 0, stream);
+    /* The kernel is correct for any grid size. Under MPS thread limits or
+     * green contexts fewer SMs are ours than the device reports: halve. */
+    for (;;) {
+        err = cudaLaunchCooperativeKernel((const void *)k_greedy_gemv<T, OBJ>,
+                                          dim3((unsigned)grid), dim3(GEMV_THREADS), args, 0, stream);
+        if (err != cudaErrorCooperativeLaunchTooLarge || grid == 1) return err;
+        (void)cudaGetLastError();
+        grid = (grid + 1) / 2;
+    }
 }
 
 cudaError_t todre_cuda_launch_greedy_gemv(enum todre_cuda_obj obj, const struct todre_cuda_emb *e,

@@ -40,6 +40,20 @@ todre_status todre_cuda_buf(struct todre_cuda_backend *be, enum todre_cuda_buf_i
     return TODRE_OK;
 }
 
+static todre_status stage_grow(struct todre_cuda_stage *s, size_t cap, struct todre_diag *diag)
+{
+    if (s->host) cudaFreeHost(s->host);
+    s->host = NULL;
+    s->cap = 0;
+    cudaError_t err = cudaMallocHost(&s->host, cap);
+    if (err != cudaSuccess) {
+        s->host = NULL;
+        return todre_cuda_fail(diag, err, "cudaMallocHost (staging)");
+    }
+    s->cap = cap;
+    return TODRE_OK;
+}
+
 todre_status todre_cuda_stage_acquire(struct todre_cuda_backend *be, size_t bytes,
                                       struct todre_cuda_stage **out, struct todre_diag *diag)
 {
@@ -53,16 +67,15 @@ todre_status todre_cuda_stage_acquire(struct todre_cuda_backend *be, size_t byte
     }
     if (bytes == 0) bytes = 64;
     if (s->cap < bytes) {
-        if (s->host) cudaFreeHost(s->host);
-        s->host = NULL;
+        /* Slots that no copy has used yet grow with this one, so that the
+         * next calls of this size find room and allocate nothing. */
         size_t cap = grown(s->cap, bytes);
-        s->cap = 0;
-        cudaError_t err = cudaMallocHost(&s->host, cap);
-        if (err != cudaSuccess) {
-            s->host = NULL;
-            return todre_cuda_fail(diag, err, "cudaMallocHost (staging)");
+        for (int i = 0; i < TODRE_CUDA_RING; i++) {
+            struct todre_cuda_stage *g = &be->ring[i];
+            if (g != s && (g->used || g->cap >= cap)) continue;
+            todre_status st = stage_grow(g, cap, diag);
+            if (st != TODRE_OK) return st;
         }
-        s->cap = cap;
     }
     *out = s;
     return TODRE_OK;
