@@ -102,6 +102,8 @@ static void test_missing_module_is_named(void **state)
 {
     (void)state;
     const char *path = "/nonexistent/todre-test-dir/libtodre-cuda.so";
+    /* Restored afterwards: under the emulator it names the module to use. */
+    char *saved = getenv("TODRE_CUDA_MODULE") ? strdup(getenv("TODRE_CUDA_MODULE")) : NULL;
     assert_int_equal(setenv("TODRE_CUDA_MODULE", path, 1), 0);
     todre_context *ctx = NULL;
     todre_status st = todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx);
@@ -112,7 +114,9 @@ static void test_missing_module_is_named(void **state)
     todre_backend_kind kind = TODRE_BACKEND_AUTO;
     if (auto_ctx) todre_context_backend(auto_ctx, &kind);
     todre_context_destroy(auto_ctx);
-    unsetenv("TODRE_CUDA_MODULE");
+    if (saved) setenv("TODRE_CUDA_MODULE", saved, 1);
+    else unsetenv("TODRE_CUDA_MODULE");
+    free(saved);
 
     assert_int_equal(st, TODRE_ERR_BACKEND_UNAVAILABLE);
     assert_null(ctx);
@@ -205,6 +209,50 @@ static void test_host_memory_in_cuda_context(void **state)
     todre_context_destroy(ctx);
 }
 
+#ifdef TODRE_TEST_EMULATED_RT
+#include <cuda_runtime_api.h>
+/* A stream being captured into a CUDA graph is refused (UNSUPPORTED, named)
+ * rather than recorded with staging buffers that later calls overwrite; the
+ * context works again once capture ends. The emulator reports capture while
+ * TODRE_EMU_CAPTURING=1. */
+static void test_graph_capture_is_refused(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx));
+    int64_t shape[2] = {16, 8}, k = 4;
+    float host[16 * 8];
+    for (int i = 0; i < 16 * 8; i++) host[i] = (float)((i * 7) % 11) - 5.f;
+    void *emb = NULL, *out = NULL;
+    assert_int_equal(cudaMalloc(&emb, sizeof host), cudaSuccess);
+    assert_int_equal(cudaMalloc(&out, sizeof(int64_t) * 4), cudaSuccess);
+    assert_int_equal(cudaMemcpy(emb, host, sizeof host, cudaMemcpyHostToDevice), cudaSuccess);
+    todre_tensor *emb_t = NULL, *out_t = NULL;
+    tt_assert_ok(todre_tensor_create(emb, TODRE_DTYPE_F32, TODRE_DEVICE_CUDA, 0, 2, shape, NULL,
+                                     &emb_t));
+    tt_assert_ok(todre_tensor_create(out, TODRE_DTYPE_I64, TODRE_DEVICE_CUDA, 0, 1, &k, NULL,
+                                     &out_t));
+    todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, 4,
+                                         TODRE_ORDER_POSITION);
+    setenv("TODRE_EMU_CAPTURING", "1", 1);
+    todre_status st = todre_select(ctx, cfg, emb_t, NULL, out_t);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", todre_context_last_error(ctx));
+    unsetenv("TODRE_EMU_CAPTURING");
+    assert_int_equal(st, TODRE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(msg, "graph"));
+    tt_assert_ok(todre_select(ctx, cfg, emb_t, NULL, out_t));
+    tt_assert_ok(todre_context_synchronize(ctx));
+    todre_select_config_destroy(cfg);
+    todre_tensor_destroy(out_t);
+    todre_tensor_destroy(emb_t);
+    cudaFree(out);
+    cudaFree(emb);
+    todre_context_destroy(ctx);
+}
+#endif
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -213,6 +261,9 @@ int main(void)
         cmocka_unit_test(test_missing_module_is_named),
         cmocka_unit_test(test_cuda_descriptor_in_cpu_context),
         cmocka_unit_test(test_host_memory_in_cuda_context),
+#ifdef TODRE_TEST_EMULATED_RT
+        cmocka_unit_test(test_graph_capture_is_refused),
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -234,14 +234,17 @@ static void test_single_set_sweep(void **state)
 static void test_llava_next_shape(void **state)
 {
     (void)state;
+    /* The CPU emulator (one fiber per CUDA thread) keeps n and k but takes
+     * d = 64: d = 4096 would run for hours there. */
+    int64_t d = getenv("TODRE_TEST_EMULATED") ? 64 : 4096;
     struct input in;
-    input_make(&in, TODRE_DTYPE_F16, 2880, 4096, 4096, 7);
+    input_make(&in, TODRE_DTYPE_F16, 2880, d, d, 7);
     struct sel_case sc = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0};
-    compare_single(&in, &sc, 288, 2, -1, "2880x4096 k=288 Gram");
-    compare_single(&in, &sc, 288, 1, -1, "2880x4096 k=288 matrix-vector");
-    compare_single(&in, &sc, 720, 0, -1, "2880x4096 k=720 auto");
+    compare_single(&in, &sc, 288, 2, -1, "n=2880 k=288 Gram");
+    compare_single(&in, &sc, 288, 1, -1, "n=2880 k=288 matrix-vector");
+    compare_single(&in, &sc, 720, 0, -1, "n=2880 k=720 auto");
     struct sel_case mm = {TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_AUTO, 0, -1, 0, 0};
-    compare_single(&in, &mm, 288, 0, -1, "2880x4096 MAX_MIN k=288 auto");
+    compare_single(&in, &mm, 288, 0, -1, "n=2880 MAX_MIN k=288 auto");
     input_free(&in);
 }
 
@@ -656,6 +659,108 @@ static void test_relevance_qk(void **state)
             }
 }
 
+#ifdef TODRE_TEST_EMULATED_RT
+/* Built against the CPU emulator (tests/cuda_emu.cmake), whose counters see
+ * every allocation and every host wait. After a first call of a given shape:
+ * further stage-1 calls (a ragged batch mixing both paths, and CLS_TOPK)
+ * allocate nothing and never make the host wait; a stage-2 observation
+ * allocates nothing and waits exactly once (the host needs its ratios). And
+ * the whole run breached no contract the emulator checks. */
+static struct todre_emu_counters counters(void)
+{
+    struct todre_emu_counters c;
+    todre_emu_get_counters(&c);
+    return c;
+}
+
+static void test_hot_path_allocates_and_waits_nothing(void **state)
+{
+    (void)state;
+    int64_t N = 0, offsets[NSETS + 1] = {0};
+    for (int b = 0; b < NSETS; b++) offsets[b + 1] = offsets[b] + SET_N[b];
+    N = offsets[NSETS];
+    struct input in;
+    input_make(&in, TODRE_DTYPE_F16, N, 64, 64, 21);
+    todre_context *gpu = cuda_ctx(0, 1 << 20); /* small limit: both paths in one batch */
+    void *emb = dev_copy(in.host, in.bytes), *cls = dev_copy(in.cls, sizeof(float) * (size_t)N);
+    int64_t eshape[2] = {N, in.d};
+    todre_tensor *emb_t = dev_tensor(emb, in.dt, 2, eshape, NULL);
+    todre_tensor *cls_t = dev_tensor(cls, TODRE_DTYPE_F32, 1, &N, NULL);
+    todre_tensor *offs = tt_tensor1(offsets, TODRE_DTYPE_I64, NSETS + 1);
+    int64_t ooff[NSETS + 1];
+    todre_tensor *ooffs = tt_tensor1(ooff, TODRE_DTYPE_I64, NSETS + 1);
+    struct sel_case cases[2] = {{TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 0, -1, 0, 1},
+                                {TODRE_OBJECTIVE_CLS_TOPK, TODRE_PIVOT_AUTO, 0, -1, 0, 1}};
+    for (int c = 0; c < 2; c++) {
+        todre_select_config *cfg = case_config(&cases[c], 0);
+        tt_assert_ok(todre_select_config_set_ratio(cfg, 0.25));
+        int64_t K = 0, k;
+        for (int b = 0; b < NSETS; b++) {
+            tt_assert_ok(todre_select_keep_count(cfg, SET_N[b], &k));
+            K += k;
+        }
+        int64_t *out = dev_alloc(sizeof(int64_t) * (size_t)(2 * K));
+        int64_t oshape[2] = {2, K};
+        todre_tensor *out_t = dev_tensor(out, TODRE_DTYPE_I64, 2, oshape, NULL);
+        tt_assert_ok(todre_select_batch(gpu, cfg, emb_t, cls_t, offs, NULL, out_t, ooffs));
+        tt_assert_ok(todre_context_synchronize(gpu));
+        struct todre_emu_counters before = counters();
+        for (int r = 0; r < 3; r++)
+            tt_assert_ok(todre_select_batch(gpu, cfg, emb_t, cls_t, offs, NULL, out_t, ooffs));
+        struct todre_emu_counters after = counters();
+        assert_int_equal(after.device_allocs - before.device_allocs, 0);
+        assert_int_equal(after.host_allocs - before.host_allocs, 0);
+        assert_int_equal(after.host_waits - before.host_waits, 0);
+        assert_true(after.launches > before.launches); /* the work was queued */
+        tt_assert_ok(todre_context_synchronize(gpu));
+        todre_tensor_destroy(out_t);
+        cudaFree(out);
+        todre_select_config_destroy(cfg);
+    }
+    todre_tensor_destroy(ooffs);
+    todre_tensor_destroy(offs);
+    todre_tensor_destroy(cls_t);
+    todre_tensor_destroy(emb_t);
+    cudaFree(cls);
+    cudaFree(emb);
+
+    /* Stage 2 from probabilities, same shape each layer. */
+    const int64_t H = 4, Q = 40;
+    uint8_t types[RB * RK];
+    make_types(types);
+    size_t count = (size_t)(RB * H * Q * RK);
+    float *host = malloc(sizeof(float) * count);
+    assert_non_null(host);
+    for (size_t i = 0; i < count; i++) host[i] = 1.0f / RK;
+    void *dev = dev_copy(host, sizeof(float) * count);
+    int64_t shape[4] = {RB, H, Q, RK};
+    todre_tensor *a = dev_tensor(dev, TODRE_DTYPE_F32, 4, shape, NULL);
+    for (int r = 0; r < 4; r++) {
+        todre_relevance *rel = make_rel(types);
+        struct todre_emu_counters before = counters();
+        tt_assert_ok(todre_relevance_observe_probs(gpu, rel, 0, a, NULL));
+        struct todre_emu_counters after = counters();
+        if (r > 0) {
+            assert_int_equal(after.device_allocs - before.device_allocs, 0);
+            assert_int_equal(after.host_allocs - before.host_allocs, 0);
+            assert_int_equal(after.host_waits - before.host_waits, 1);
+        }
+        todre_relevance_destroy(rel);
+    }
+    todre_tensor_destroy(a);
+    cudaFree(dev);
+    free(host);
+    todre_context_destroy(gpu);
+    input_free(&in);
+}
+
+static void test_no_contract_violation(void **state)
+{
+    (void)state;
+    assert_int_equal(counters().violations, 0);
+}
+#endif
+
 int main(void)
 {
     int avail = 0;
@@ -671,6 +776,10 @@ int main(void)
         cmocka_unit_test(test_relevance_probs),
         cmocka_unit_test(test_relevance_qk),
         cmocka_unit_test(test_llava_next_shape),
+#ifdef TODRE_TEST_EMULATED_RT
+        cmocka_unit_test(test_hot_path_allocates_and_waits_nothing),
+        cmocka_unit_test(test_no_contract_violation), /* last: covers every test above */
+#endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,12 +13,12 @@
 #include <cstdlib>
 #include <random>
 #include <algorithm>
+#include <vector>
 #include "cuda_runtime.h"
+#include "cub/block/block_scan.cuh"
 #include "device_util.cuh"
 #include "select_kernels.h"
 using namespace todre_cuda;
-namespace selk { float smem[1 << 20]; }
-namespace relk { float sm[1 << 20]; }
 namespace selk {
 #include "select_kernels.inc"
 }
@@ -217,10 +217,18 @@ static void test_relevance() {
 }
 
 int main() {
-  test_select<float>(24, 27, 0, "f32 d24 scalar");
-  test_select<__half>(32, 40, 1, "f16 d32 vector");
-  test_select<float>(16, 16, 1, "f32 d16 vector");
-  test_relevance();
+  // Threads resumed in ascending, then descending order between barriers: a
+  // kernel that reads shared data without the barrier that orders it gets
+  // different values in one of the two.
+  for (int order = 0; order < 2; order++) {
+    emu::set_order(order);
+    rng.seed(1);
+    printf("-- threads resumed in %s order\n", order ? "descending" : "ascending");
+    test_select<float>(24, 27, 0, "f32 d24 scalar");
+    test_select<__half>(32, 40, 1, "f16 d32 vector");
+    test_select<float>(16, 16, 1, "f32 d16 vector");
+    test_relevance();
+  }
   printf("%s (%d failures)\n", failures ? "FAILED" : "all kernels agree", failures);
   return failures != 0;
 }

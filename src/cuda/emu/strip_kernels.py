@@ -57,6 +57,7 @@ for it in items:
     keep.append(body)
 txt = ''.join(keep)
 txt = re.sub(r'#include\s*[<"](cooperative_groups\.h|cub/[^>"]*|cuda_internal\.h|cuda_runtime\.h|cuda_fp16\.h|cuda_bf16\.h)[>"]', '', txt)
-txt = txt.replace('extern __shared__', 'extern')
+txt = re.sub(r'extern\s+__shared__\s+(\w+)\s+(\w+)\s*\[\s*\]\s*;',
+             r'\1 *\2 = (\1 *)::emu::dyn_smem();', txt)
 txt = re.sub(r'^using namespace todre_cuda;', '', txt, flags=re.M)
 open(sys.argv[2], 'w').write(txt)

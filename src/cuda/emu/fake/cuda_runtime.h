@@ -1,117 +1,151 @@
-// CPU emulation shim for the test cuda.kernels_emulated: just enough of the
-// CUDA runtime, intrinsics, cooperative groups and cub::BlockScan to run
-// libtodre's kernels with one std::thread per CUDA thread (blocks one at a
-// time, or all at once for cooperative kernels). Not a general emulator.
+// CPU emulation of the CUDA runtime and device intrinsics, for tests only.
+//
+// Each CUDA thread is a fiber (ucontext) on the calling OS thread, so the
+// emulator is deterministic and barriers are cheap. Blocks run one after the
+// other; a cooperative launch runs all its blocks together so that
+// grid.sync() works. Barriers are strict: __syncthreads(), warp shuffles and
+// grid.sync() must be reached by every thread of their scope, or the launch
+// fails with a "barrier deadlock" report (a hang or undefined behaviour on a
+// GPU). __shared__ variables are function statics (one block at a time);
+// dynamic shared memory is a heap buffer of exactly the launch's size, so a
+// sanitizer build sees overruns.
+//
+// Host API: cuda_runtime_api.h. Implementation: ../rt/emu_rt.cpp.
 #pragma once
-#include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <thread>
-#include <vector>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <atomic>
+#include <cfloat>
+
+#include "cuda_runtime_api.h"
+
 #define __global__
 #define __device__
 #define __host__
 #define __forceinline__ inline
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __shared__ static
-typedef int cudaError_t;
-typedef void *cudaStream_t;
-#define cudaSuccess 0
-struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
+
+struct dim3 {
+  unsigned x, y, z;
+  constexpr dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
 struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
 struct float2 { float x, y; };
+
 namespace emu {
-struct Warp { std::barrier<> bar{32}; uint64_t buf[32]; };
-struct Block { std::barrier<> bar; std::atomic<int> acc{0}; std::vector<Warp *> warps;
-  Block(int n) : bar(n) { for (int i = 0; i < (n + 31) / 32; i++) warps.push_back(new Warp); }
-  ~Block() { for (auto w : warps) delete w; } };
-inline thread_local dim3 tIdx, bIdx;
-inline thread_local Block *blk;
-inline thread_local Warp *wp;
-inline dim3 bDim, gDim;
-inline std::barrier<> *grid_bar;
+struct ThreadState {
+  dim3 tid, bid;
+  int lin;  // linear thread index in the block
+};
+extern ThreadState *g_thread;  // the running CUDA thread
+extern dim3 g_block_dim, g_grid_dim;
+
+void block_sync();
+int block_sync_or(int p);
+uint64_t warp_xor_exchange(uint64_t v, int lane_mask);
+int warp_any(int p);
+void grid_sync();
+void *dyn_smem();
+
+struct Cfg { dim3 g, b; size_t smem; cudaStream_t s; };
+inline Cfg cfg(dim3 g, dim3 b, size_t smem = 0, cudaStream_t s = nullptr) { return {g, b, smem, s}; }
+
+// Validates the configuration now (errors go to cudaGetLastError()), then
+// queues the kernel on the stream.
+cudaError_t launch_erased(const void *kernel, Cfg c, bool coop, std::function<void()> body);
+// Queues host-side work (cuBLAS, CUB) on a stream.
+cudaError_t enqueue(cudaStream_t s, std::function<void()> op);
+// Reports a contract breach (stderr, counted in todre_emu_counters).
+void violation(const char *fmt, ...);
+// Device allocation containing [p, p + bytes), or false.
+bool device_range(const void *p, size_t bytes);
+void count_blas();
+void set_func_attr(const void *kernel, int attr, int value, cudaError_t *err);
+int blocks_per_sm(int threads, size_t smem);
+
+// Kernel arguments are converted to the parameter types and copied at
+// launch, as CUDA does.
+template <class... P, class... A>
+inline void launch_kernel(void (*k)(P...), Cfg c, A &&...a) {
+  std::tuple<std::decay_t<P>...> args(std::forward<A>(a)...);
+  launch_erased(reinterpret_cast<const void *>(k), c, false, [k, args]() { std::apply(k, args); });
 }
-#define threadIdx (emu::tIdx)
-#define blockIdx (emu::bIdx)
-#define blockDim (emu::bDim)
-#define gridDim (emu::gDim)
-inline void __syncthreads() { emu::blk->bar.arrive_and_wait(); }
-inline int __syncthreads_or(int p) {
-  __syncthreads();
-  if (threadIdx.x == 0) emu::blk->acc = 0;
-  __syncthreads();
-  if (p) emu::blk->acc |= 1;
-  __syncthreads();
-  int r = emu::blk->acc;
-  __syncthreads();
+
+// For cuda.kernels_emulated: run one kernel now, outside any stream.
+void launch(dim3 g, dim3 b, bool coop, const std::function<void()> &fn, size_t smem = 1 << 20);
+// Order in which runnable threads are resumed: 0 ascending, 1 descending.
+void set_order(int order);
+}  // namespace emu
+
+#define threadIdx (emu::g_thread->tid)
+#define blockIdx (emu::g_thread->bid)
+#define blockDim (emu::g_block_dim)
+#define gridDim (emu::g_grid_dim)
+
+inline void __syncthreads() { emu::block_sync(); }
+inline int __syncthreads_or(int p) { return emu::block_sync_or(p); }
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+  static_assert(sizeof(T) <= 8, "shuffle of a type wider than 64 bits");
+  uint64_t u = 0;
+  memcpy(&u, &v, sizeof v);
+  u = emu::warp_xor_exchange(u, lane_mask);
+  T r;
+  memcpy(&r, &u, sizeof r);
   return r;
 }
-template <typename T> inline T __shfl_xor_sync(unsigned, T v, int o) {
-  int lane = threadIdx.x & 31;
-  uint64_t u = 0; memcpy(&u, &v, sizeof v);
-  emu::wp->buf[lane] = u;
-  emu::wp->bar.arrive_and_wait();
-  uint64_t w = emu::wp->buf[lane ^ o];
-  emu::wp->bar.arrive_and_wait();
-  T r; memcpy(&r, &w, sizeof r); return r;
-}
-inline int __any_sync(unsigned, int p) {
-  int lane = threadIdx.x & 31;
-  emu::wp->buf[lane] = p != 0;
-  emu::wp->bar.arrive_and_wait();
-  int r = 0; for (int i = 0; i < 32; i++) r |= (int)emu::wp->buf[i];
-  emu::wp->bar.arrive_and_wait();
-  return r;
-}
-inline int atomicOr(int *p, int v) { return std::atomic_ref<int>(*p).fetch_or(v); }
+inline int __any_sync(unsigned, int p) { return emu::warp_any(p); }
+// One OS thread runs every fiber, and a fiber is never preempted: plain
+// read-modify-write is atomic here.
+inline int atomicOr(int *p, int v) { int o = *p; *p = o | v; return o; }
+inline int atomicAdd(int *p, int v) { int o = *p; *p = o + v; return o; }
 inline unsigned long long atomicMin(unsigned long long *p, unsigned long long v) {
-  std::atomic_ref<unsigned long long> a(*p); unsigned long long old = a.load();
-  while (v < old && !a.compare_exchange_weak(old, v)) {}
-  return old;
+  unsigned long long o = *p; if (v < o) *p = v; return o;
 }
-template <typename T> inline T __ldcg(const T *p) { return std::atomic_ref<T>(*const_cast<T *>(p)).load(); }
+template <typename T> inline T __ldcg(const T *p) { return *p; }
+// Round-to-nearest, never contracted into an FMA (as their CUDA namesakes).
+inline float __fmul_rn(float a, float b) { volatile float r = a * b; return r; }
+inline float __fadd_rn(float a, float b) { volatile float r = a + b; return r; }
 inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
 using std::isfinite;
+using std::isnan;
+
 namespace cooperative_groups {
-struct grid_group { void sync() { emu::grid_bar->arrive_and_wait(); } };
+struct grid_group { void sync() { emu::grid_sync(); } };
 inline grid_group this_grid() { return {}; }
+}  // namespace cooperative_groups
+
+template <class... P>
+inline cudaError_t cudaFuncSetAttribute(void (*k)(P...), enum cudaFuncAttribute attr, int value) {
+  cudaError_t err = cudaSuccess;
+  emu::set_func_attr(reinterpret_cast<const void *>(k), (int)attr, value, &err);
+  return err;
 }
-namespace cub {
-template <typename T, int N> struct BlockScan {
-  struct TempStorage { T v[N]; };
-  TempStorage &ts;
-  BlockScan(TempStorage &t) : ts(t) {}
-  void ExclusiveSum(T in, T &out, T &total) {
-    ts.v[threadIdx.x] = in; __syncthreads();
-    T s = 0, a = 0; for (unsigned i = 0; i < blockDim.x; i++) { if (i < threadIdx.x) s += ts.v[i]; a += ts.v[i]; }
-    out = s; total = a; __syncthreads();
-  }
-};
+template <class... P>
+inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, void (*)(P...), int threads,
+                                                                 size_t smem) {
+  *n = emu::blocks_per_sm(threads, smem);
+  return cudaSuccess;
 }
 namespace emu {
-// Run a kernel: cooperative = all blocks at once (grid barrier), else one block at a time.
-inline void launch(dim3 g, dim3 b, bool coop, const std::function<void()> &fn) {
-  gDim = g; bDim = b;
-  int nt = b.x * b.y * b.z;
-  auto run_blocks = [&](std::vector<dim3> blocks) {
-    std::vector<Block *> bl; for (size_t i = 0; i < blocks.size(); i++) bl.push_back(new Block(nt));
-    std::barrier<> gb((int)(blocks.size() * nt)); grid_bar = &gb;
-    std::vector<std::thread> th;
-    for (size_t i = 0; i < blocks.size(); i++)
-      for (int t = 0; t < nt; t++)
-        th.emplace_back([&, i, t] { tIdx = dim3(t); bIdx = blocks[i]; blk = bl[i]; wp = bl[i]->warps[t / 32]; fn(); });
-    for (auto &x : th) x.join();
-    for (auto x : bl) delete x;
-  };
-  std::vector<dim3> all;
-  for (unsigned z = 0; z < g.z; z++) for (unsigned y = 0; y < g.y; y++) for (unsigned x = 0; x < g.x; x++) all.push_back(dim3(x, y, z));
-  if (coop) run_blocks(all);
-  else for (auto &d : all) run_blocks({d});
+template <class... P, size_t... I>
+inline std::tuple<std::decay_t<P>...> unpack(void **a, std::index_sequence<I...>) {
+  return std::tuple<std::decay_t<P>...>(*static_cast<std::decay_t<P> *>(a[I])...);
 }
+}  // namespace emu
+template <class... P>
+inline cudaError_t cudaLaunchCooperativeKernel(void (*k)(P...), dim3 g, dim3 b, void **args,
+                                               size_t smem, cudaStream_t s) {
+  auto t = emu::unpack<P...>(args, std::index_sequence_for<P...>{});
+  return emu::launch_erased(reinterpret_cast<const void *>(k), emu::cfg(g, b, smem, s), true,
+                            [k, t]() { std::apply(k, t); });
 }
+
 template <class A, class B> inline auto min(A a, B b) -> decltype(a + b) { return a < b ? a : b; }
 template <class A, class B> inline auto max(A a, B b) -> decltype(a + b) { return a > b ? a : b; }
