@@ -21,7 +21,7 @@
 enum todre_cuda_buf_id {
     TODRE_CUDA_BUF_SEGS = 0,     /* staged segment table (stage 1) or types (stage 2) */
     TODRE_CUDA_BUF_INV,          /* float[N]: 1 / ||e_r|| (0 for a zero row) */
-    TODRE_CUDA_BUF_FLAGS,        /* int[nseg + 1]: per-set non-finite flags, [nseg] sticky */
+    TODRE_CUDA_BUF_FLAGS,        /* int[nseg]: per-set non-finite flags (sticky one: nonfinite_dev) */
     TODRE_CUDA_BUF_SCORE,        /* float[N]: pivot scores */
     TODRE_CUDA_BUF_CLS,          /* float[N]: the CLS map as float */
     TODRE_CUDA_BUF_PIVOT,        /* int[nseg]: resolved pivots (local) */

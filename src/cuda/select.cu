@@ -353,11 +353,11 @@ static todre_status run_topk(struct todre_cuda_backend *be, const struct plan *p
     return TODRE_OK;
 }
 
+/* ld8() issues 16-byte loads (two float4 for f32, one uint4 for 2-byte
+ * types): rows must start on 16 bytes and hold whole groups of 8. */
 static int rows_vectorizable(const struct todre_select_job *job)
 {
-    size_t es = job->emb_dtype == TODRE_DTYPE_F32 ? 4 : 2;
-    return job->d % 8 == 0 && job->emb_row_stride % 8 == 0 &&
-           ((uintptr_t)job->emb % (es == 4 ? 32u : 16u)) == 0;
+    return job->d % 8 == 0 && job->emb_row_stride % 8 == 0 && ((uintptr_t)job->emb % 16u) == 0;
 }
 
 static todre_status check_pointers(struct todre_cuda_backend *be, const struct todre_select_job *job,
@@ -434,9 +434,11 @@ static todre_status select_body(struct todre_cuda_backend *be, const struct todr
     if (job->nseg > 0x3fffffff || job->seg_offsets[job->nseg] > 0x7fffffff)
         return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
                                "embeddings: the CUDA backend handles at most 2^31 - 1 rows per call");
-    if (job->d > 0x7fffffff || job->emb_row_stride > 0x7fffffff)
+    /* d: the CENTER kernels put column blocks of 128 on gridDim.y (<= 65535). */
+    if (job->d > 65535 * 128 || job->emb_row_stride > 0x7fffffff)
         return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
-                               "embeddings: d and the row stride must be below 2^31 on CUDA");
+                               "embeddings: the CUDA backend takes d up to 8388480 and a row "
+                               "stride below 2^31");
     struct plan p;
     memset(&p, 0, sizeof p);
     p.nseg = (int)job->nseg;
@@ -466,6 +468,9 @@ todre_status todre_cuda_select(struct todre_backend *base, const struct todre_se
     struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
     struct todre_cuda_scope sc;
     CKS(todre_cuda_enter(be, &sc, diag));
+    /* The launchers report cudaGetLastError(): drop an error the caller's
+     * own earlier launch left pending, so that it is not reported as ours. */
+    (void)cudaGetLastError();
     todre_status st = todre_cuda_not_capturing(be, diag);
     if (st == TODRE_OK) st = select_body(be, job, diag);
     todre_cuda_leave(&sc);

@@ -248,6 +248,57 @@ static void test_llava_next_shape(void **state)
     input_free(&in);
 }
 
+/* Finite rows whose dot products overflow fp32 (norm about 8e19): their
+ * similarities are inf or NaN on the device. The selection must still be k
+ * distinct indices, and the position order those indices sorted (no index
+ * taken twice, no output left unwritten), on both paths and objectives. The
+ * CPU computes these in double and may choose differently: not compared. */
+static void test_overflowing_rows_never_repeat(void **state)
+{
+    (void)state;
+    const int64_t n = 200, d = 64, k = 120;
+    float *host = malloc(sizeof(float) * (size_t)(n * d));
+    assert_non_null(host);
+    tt_fill_clustered(host, n, d, d, 6, 0.5, 99);
+    /* 150 of 200 rows: k = 120 must take some of them after a huge pivot. */
+    for (int64_t r = 0; r < 150; r++)
+        for (int64_t e = 0; e < d; e++) host[r * d + e] *= 1e19f;
+    void *emb = dev_copy(host, sizeof(float) * (size_t)(n * d));
+    int64_t *out = dev_alloc(sizeof(int64_t) * (size_t)(2 * k));
+    int64_t eshape[2] = {n, d}, oshape[2] = {2, k};
+    todre_tensor *emb_t = dev_tensor(emb, TODRE_DTYPE_F32, 2, eshape, NULL);
+    todre_tensor *out_t = dev_tensor(out, TODRE_DTYPE_I64, 2, oshape, NULL);
+    int64_t both[2 * 120];
+    const todre_objective objs[2] = {TODRE_OBJECTIVE_MAX_SUM, TODRE_OBJECTIVE_MAX_MIN};
+    for (int o = 0; o < 2; o++)
+        for (int64_t strategy = 1; strategy <= 2; strategy++) {
+            todre_context *gpu = cuda_ctx(strategy, -1);
+            todre_select_config *cfg = tt_config(objs[o], TODRE_PIVOT_CENTER, k, TODRE_ORDER_BOTH);
+            assert_int_equal(cudaMemset(out, 0x5a, sizeof(int64_t) * (size_t)(2 * k)), cudaSuccess);
+            tt_assert_ok(todre_select(gpu, cfg, emb_t, NULL, out_t));
+            tt_assert_ok(todre_context_synchronize(gpu));
+            dev_read(both, out, sizeof both);
+            unsigned char seen[200] = {0};
+            for (int64_t t = 0; t < k; t++) {
+                int64_t v = both[t];
+                if (v < 0 || v >= n || seen[v])
+                    fail_msg("objective %d strategy %lld: step %lld took %lld (%s)", (int)objs[o],
+                             (long long)strategy, (long long)t, (long long)v,
+                             v < 0 || v >= n ? "out of range" : "already selected");
+                seen[v] = 1;
+            }
+            for (int64_t t = 0, j = 0; t < n; t++)
+                if (seen[t]) assert_int_equal(both[k + j++], t);
+            todre_select_config_destroy(cfg);
+            todre_context_destroy(gpu);
+        }
+    todre_tensor_destroy(out_t);
+    todre_tensor_destroy(emb_t);
+    cudaFree(out);
+    cudaFree(emb);
+    free(host);
+}
+
 /* ---- ragged batches ---------------------------------------------------------------- */
 
 #define NSETS 8
@@ -772,6 +823,7 @@ int main(void)
         cmocka_unit_test(test_single_set_sweep),
         cmocka_unit_test(test_ragged_batch_mixed_paths),
         cmocka_unit_test(test_nonfinite_is_reported),
+        cmocka_unit_test(test_overflowing_rows_never_repeat),
         cmocka_unit_test(test_stream_and_reuse),
         cmocka_unit_test(test_relevance_probs),
         cmocka_unit_test(test_relevance_qk),
