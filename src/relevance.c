@@ -22,12 +22,19 @@ struct todre_relevance {
     double *ratios;       /* [B, L, 2] */
     uint8_t *active;      /* [B] scratch */
     double *sums;         /* [B, 4] scratch */
+    /* Chunked prefill: sums of the chunks of a layer seen so far, added up
+     * until the chunk that ends at position K decides. */
+    double *pending;      /* [B, L, 4] */
+    int64_t *pending_end; /* [L]: end of the last chunk taken, 0 = none */
+    uint8_t *chunk_types; /* [B, K] scratch: types of the keys of one chunk */
 };
 
 static void reset_observations(struct todre_relevance *r)
 {
     for (int64_t b = 0; b < r->batch; b++) r->drop_layer[b] = -1;
     memset(r->observed, 0, (size_t)(r->batch * r->num_layers));
+    memset(r->pending, 0, (size_t)(r->batch * r->num_layers) * TODRE_NUM_SUMS * sizeof *r->pending);
+    memset(r->pending_end, 0, (size_t)r->num_layers * sizeof *r->pending_end);
 }
 
 todre_status todre_relevance_create(int64_t num_layers, int64_t batch, todre_relevance **out)
@@ -54,7 +61,10 @@ todre_status todre_relevance_create(int64_t num_layers, int64_t batch, todre_rel
     r->ratios = calloc(bl * 2, sizeof *r->ratios);
     r->active = calloc((size_t)batch, 1);
     r->sums = calloc((size_t)batch * TODRE_NUM_SUMS, sizeof *r->sums);
-    if (!r->probe || !r->drop_layer || !r->observed || !r->ratios || !r->active || !r->sums) {
+    r->pending = calloc(bl * TODRE_NUM_SUMS, sizeof *r->pending);
+    r->pending_end = calloc((size_t)num_layers, sizeof *r->pending_end);
+    if (!r->probe || !r->drop_layer || !r->observed || !r->ratios || !r->active || !r->sums ||
+        !r->pending || !r->pending_end) {
         todre_relevance_destroy(r);
         return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "relevance: out of memory");
     }
@@ -75,6 +85,9 @@ void todre_relevance_destroy(todre_relevance *r)
     free(r->ratios);
     free(r->active);
     free(r->sums);
+    free(r->pending);
+    free(r->pending_end);
+    free(r->chunk_types);
     free(r);
 }
 
@@ -163,6 +176,13 @@ todre_status todre_relevance_is_probe(const todre_relevance *r, int64_t seq, int
 
 static todre_status install_types(struct todre_relevance *r, uint8_t *types, int64_t K)
 {
+    uint8_t *scratch = r->batch > 1 ? malloc((size_t)(r->batch * K)) : NULL;
+    if (r->batch > 1 && !scratch) {
+        free(types);
+        return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "types: out of memory");
+    }
+    free(r->chunk_types);
+    r->chunk_types = scratch;
     free(r->types);
     r->types = types;
     r->K = K;
@@ -274,15 +294,58 @@ static todre_status check_batched(struct todre_context *ctx, const struct todre_
                       name, t->rank, dims, dims);
 }
 
-/* Back half: ratios, decisions, stored observations. */
-static void finish_observe(struct todre_relevance *r, int64_t layer, todre_decision *decisions)
+/* Keys [0, K) of an observation whose queries are positions [K - Q, K).
+ * K below the types' length is a chunk of a chunked prefill: its sums wait
+ * in `pending` until the chunk that ends at the last position. Chunks of a
+ * layer must follow each other without a gap. Sets the types the backend
+ * reads (the first K of each sequence, contiguous). */
+static todre_status begin_chunk(struct todre_context *ctx, struct todre_relevance *r,
+                                int64_t layer, const char *name, int64_t Q, int64_t K,
+                                struct todre_relevance_common *c)
 {
+    if (K > r->K)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: K = %lld keys but the token types cover %lld positions", name,
+                          (long long)K, (long long)r->K);
+    int64_t end = r->pending_end[layer];
+    if (end > 0 && K - Q != end)
+        return todre_fail(ctx, TODRE_ERR_STATE,
+                          "%s: this chunk's queries start at position %lld, but the previous chunk "
+                          "observed at layer %lld ended at %lld (observe chunks in order; "
+                          "todre_relevance_reset between requests)",
+                          name, (long long)(K - Q), (long long)layer, (long long)end);
+    c->K = K;
+    c->types = r->types;
+    if (K < r->K && r->batch > 1) {
+        for (int64_t b = 0; b < r->batch; b++)
+            memcpy(r->chunk_types + b * K, r->types + b * r->K, (size_t)K);
+        c->types = r->chunk_types;
+    }
+    return TODRE_OK;
+}
+
+/* Back half: ratios, decisions, stored observations. @p K: keys observed. */
+static void finish_observe(struct todre_relevance *r, int64_t layer, int64_t K,
+                           todre_decision *decisions)
+{
+    int final = K == r->K;
+    int any = 0;
     for (int64_t b = 0; b < r->batch; b++) {
         todre_decision d;
+        double *acc = r->pending + (b * r->num_layers + layer) * TODRE_NUM_SUMS;
+        double *s = r->sums + b * TODRE_NUM_SUMS;
         if (!r->active[b]) {
             d = r->drop_layer[b] >= 0 ? TODRE_DECISION_ALREADY_DROPPED : TODRE_DECISION_NOT_PROBED;
+            memset(acc, 0, TODRE_NUM_SUMS * sizeof *acc);
+        } else if (!final) {
+            for (int i = 0; i < TODRE_NUM_SUMS; i++) acc[i] += s[i];
+            d = TODRE_DECISION_PENDING;
+            any = 1;
         } else {
-            const double *s = r->sums + b * TODRE_NUM_SUMS;
+            for (int i = 0; i < TODRE_NUM_SUMS; i++) {
+                s[i] += acc[i];
+                acc[i] = 0;
+            }
             double t2v = s[TODRE_SUM_T2V_DEN] > 0 ? s[TODRE_SUM_T2V_NUM] / s[TODRE_SUM_T2V_DEN] : 0;
             double v2t = s[TODRE_SUM_V2T_DEN] > 0 ? s[TODRE_SUM_V2T_NUM] / s[TODRE_SUM_V2T_DEN] : 0;
             size_t at = (size_t)(b * r->num_layers + layer);
@@ -298,16 +361,16 @@ static void finish_observe(struct todre_relevance *r, int64_t layer, todre_decis
         }
         if (decisions) decisions[b] = d;
     }
+    r->pending_end[layer] = any ? K : 0;
 }
 
+/* K and types: begin_chunk(). */
 static void fill_common(struct todre_relevance *r, int64_t H, int64_t Q,
                         struct todre_relevance_common *c)
 {
     c->B = r->batch;
     c->H = H;
     c->Q = Q;
-    c->K = r->K;
-    c->types = r->types;
     c->active = r->active;
     c->sums = r->sums;
 }
@@ -331,17 +394,14 @@ todre_status todre_relevance_observe_probs(todre_context *ctx, todre_relevance *
     if ((st = check_batched(ctx, r, attn, "attn", "H, Q, K")) != TODRE_OK) return st;
     int o = attn->rank - 3;
     int64_t H = attn->shape[o], Q = attn->shape[o + 1], K = attn->shape[o + 2];
-    if (K != r->K)
-        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                          "attn: K = %lld keys but the token types cover %lld positions",
-                          (long long)K, (long long)r->K);
     if (H < 1 || Q < 1 || Q > K)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                           "attn: shape [H = %lld, Q = %lld, K = %lld] needs H >= 1, 1 <= Q <= K",
                           (long long)H, (long long)Q, (long long)K);
+    struct todre_relevance_probs_job job;
+    memset(&job, 0, sizeof job);
+    if ((st = begin_chunk(ctx, r, layer, "attn", Q, K, &job.c)) != TODRE_OK) return st;
     if (n_active > 0) {
-        struct todre_relevance_probs_job job;
-        memset(&job, 0, sizeof job);
         fill_common(r, H, Q, &job.c);
         job.attn = attn->data;
         job.dtype = attn->dtype;
@@ -354,7 +414,7 @@ todre_status todre_relevance_observe_probs(todre_context *ctx, todre_relevance *
         st = run_backend(ctx, ctx->be->ops->relevance_probs(ctx->be, &job, &diag), msg);
         if (st != TODRE_OK) return st;
     }
-    finish_observe(r, layer, decisions);
+    finish_observe(r, layer, K, decisions);
     return TODRE_OK;
 }
 
@@ -391,10 +451,6 @@ todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, 
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                           "q: %lld query heads is not a positive multiple of k's %lld key heads",
                           (long long)H, (long long)Hkv);
-    if (K != r->K)
-        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                          "k: K = %lld keys but the token types cover %lld positions",
-                          (long long)K, (long long)r->K);
     if (Q < 1 || Q > K)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "q: Q = %lld queries, need 1 <= Q <= K = %lld",
                           (long long)Q, (long long)K);
@@ -402,9 +458,10 @@ todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, 
     if (!(scale > 0.0) || !isfinite(scale))
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "scale: %g, must be > 0 and finite (or 0)",
                           scale);
+    struct todre_relevance_qk_job job;
+    memset(&job, 0, sizeof job);
+    if ((st = begin_chunk(ctx, r, layer, "k", Q, K, &job.c)) != TODRE_OK) return st;
     if (n_active > 0) {
-        struct todre_relevance_qk_job job;
-        memset(&job, 0, sizeof job);
         fill_common(r, H, Q, &job.c);
         job.H_kv = Hkv;
         job.dh = dh;
@@ -425,7 +482,7 @@ todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, 
         st = run_backend(ctx, ctx->be->ops->relevance_qk(ctx->be, &job, &diag), msg);
         if (st != TODRE_OK) return st;
     }
-    finish_observe(r, layer, decisions);
+    finish_observe(r, layer, K, decisions);
     return TODRE_OK;
 }
 
@@ -438,7 +495,11 @@ todre_status todre_relevance_ratios(const todre_relevance *r, int64_t seq, int64
     if (st != TODRE_OK) return st;
     size_t at = (size_t)(seq * r->num_layers + layer);
     if (!r->observed[at])
-        return todre_fail(NULL, TODRE_ERR_STATE, "layer: %lld was not probed for sequence %lld",
+        return todre_fail(NULL, TODRE_ERR_STATE,
+                          r->pending_end[layer] > 0
+                              ? "layer: %lld has pending chunks for sequence %lld (its ratios "
+                                "exist once the chunk that ends at the last position is observed)"
+                              : "layer: %lld was not probed for sequence %lld",
                           (long long)layer, (long long)seq);
     if (alpha_t2v) *alpha_t2v = r->ratios[2 * at];
     if (alpha_v2t) *alpha_v2t = r->ratios[2 * at + 1];

@@ -389,7 +389,10 @@ typedef enum todre_decision {
     TODRE_DECISION_NOT_PROBED = 0,      /**< not a probe layer: nothing computed. */
     TODRE_DECISION_KEEP = 1,            /**< probed; a ratio is >= tau. */
     TODRE_DECISION_DROP = 2,            /**< probed; both ratios < tau: this is the drop layer. */
-    TODRE_DECISION_ALREADY_DROPPED = 3  /**< an earlier layer dropped: nothing computed. */
+    TODRE_DECISION_ALREADY_DROPPED = 3, /**< an earlier layer dropped: nothing computed. */
+    /** probed on a chunk of a chunked prefill that does not end at the last
+     *  position: its sums are kept until that chunk decides. */
+    TODRE_DECISION_PENDING = 4
 } todre_decision;
 
 /** Create a relevance handle for a model with @p num_layers decoder layers
@@ -437,7 +440,12 @@ TODRE_API todre_status todre_relevance_reset(todre_relevance *rel);
  *  @param layer 0-based decoder layer, in [0, num_layers).
  *  @param attn [H, Q, K] (batch 1) or [B, H, Q, K], f32/f16/bf16, on the
  *         context's device, any strides. Queries are the last Q of the K
- *         positions (Q = K: full prefill; Q < K: a chunk of a chunked prefill).
+ *         positions (Q = K: full prefill; Q < K: a chunk of a chunked
+ *         prefill). K may be below the number of positions the types cover:
+ *         such a chunk returns ::TODRE_DECISION_PENDING and its sums are
+ *         added to those of the following chunks of the same layer (each
+ *         must start where the previous one ended) until the chunk that ends
+ *         at the last position decides on all of them.
  *  @param decisions NULL or host array of B entries receiving each sequence's
  *         ::todre_decision for this layer.
  *  Non-probe layers and layers after a sequence's drop are no-ops

@@ -710,6 +710,62 @@ static void test_relevance_qk(void **state)
             }
 }
 
+/* Chunked prefill on CUDA: Q/K observed in three chunks (keys [0, end),
+ * queries [start, end)) give the CPU's whole-prefill ratios; earlier chunks
+ * return PENDING. The backend sees each chunk's key prefix of the types. */
+static void test_relevance_qk_chunked(void **state)
+{
+    (void)state;
+    const int64_t H = 8, Hkv = 2, dh = 64, ends[3] = {70, 121, RK};
+    uint8_t types[RB * RK];
+    make_types(types);
+    size_t qn = (size_t)(RB * H * RK * dh), kn = (size_t)(RB * Hkv * RK * dh);
+    uint16_t *qh = malloc(2 * qn), *kh = malloc(2 * kn);
+    assert_true(qh && kh);
+    tt_rng rng = {4242};
+    for (size_t x = 0; x < qn; x++) tt_store(qh, TODRE_DTYPE_F16, x, tt_rng_normal(&rng));
+    for (size_t x = 0; x < kn; x++) tt_store(kh, TODRE_DTYPE_F16, x, tt_rng_normal(&rng));
+    int64_t qstr[4] = {H * RK * dh, RK * dh, dh, 1}, kstr[4] = {Hkv * RK * dh, RK * dh, dh, 1};
+    double rc[2 * RB], rg[2 * RB];
+
+    todre_context *cpu = tt_cpu_context();
+    todre_relevance *rel = make_rel(types);
+    int64_t qshape[4] = {RB, H, RK, dh}, kshape[4] = {RB, Hkv, RK, dh};
+    todre_tensor *qt = tt_tensor(qh, TODRE_DTYPE_F16, 4, qshape, qstr);
+    todre_tensor *kt = tt_tensor(kh, TODRE_DTYPE_F16, 4, kshape, kstr);
+    tt_assert_ok(todre_relevance_observe_qk(cpu, rel, 0, qt, kt, 0.0, NULL));
+    read_ratios(rel, rc);
+    todre_tensor_destroy(kt);
+    todre_tensor_destroy(qt);
+    todre_relevance_destroy(rel);
+    todre_context_destroy(cpu);
+
+    todre_context *gpu = cuda_ctx(0, -1);
+    uint16_t *qd = dev_copy(qh, 2 * qn), *kd = dev_copy(kh, 2 * kn);
+    rel = make_rel(types);
+    int64_t start = 0;
+    for (int c = 0; c < 3; c++) {
+        int64_t cq[4] = {RB, H, ends[c] - start, dh}, ck[4] = {RB, Hkv, ends[c], dh};
+        qt = dev_tensor(qd + start * dh, TODRE_DTYPE_F16, 4, cq, qstr);
+        kt = dev_tensor(kd, TODRE_DTYPE_F16, 4, ck, kstr);
+        todre_decision dec[RB];
+        tt_assert_ok(todre_relevance_observe_qk(gpu, rel, 0, qt, kt, 0.0, dec));
+        if (c < 2)
+            for (int b = 0; b < RB; b++) assert_int_equal(dec[b], TODRE_DECISION_PENDING);
+        todre_tensor_destroy(kt);
+        todre_tensor_destroy(qt);
+        start = ends[c];
+    }
+    read_ratios(rel, rg);
+    todre_relevance_destroy(rel);
+    todre_context_destroy(gpu);
+    cudaFree(kd);
+    cudaFree(qd);
+    assert_ratios_close(rc, rg, "qk in three chunks");
+    free(kh);
+    free(qh);
+}
+
 #ifdef TODRE_TEST_EMULATED_RT
 /* Built against the CPU emulator (tests/cuda_emu.cmake), whose counters see
  * every allocation and every host wait. After a first call of a given shape:
@@ -827,6 +883,7 @@ int main(void)
         cmocka_unit_test(test_stream_and_reuse),
         cmocka_unit_test(test_relevance_probs),
         cmocka_unit_test(test_relevance_qk),
+        cmocka_unit_test(test_relevance_qk_chunked),
         cmocka_unit_test(test_llava_next_shape),
 #ifdef TODRE_TEST_EMULATED_RT
         cmocka_unit_test(test_hot_path_allocates_and_waits_nothing),

@@ -226,7 +226,7 @@ static void test_observe_qk_arguments(void **state)
                     TODRE_ERR_INVALID_ARGUMENT, "q:"); /* fewer query than key heads */
     todre_tensor *k_dh = t3(f->k, TODRE_DTYPE_F32, HKV, K, DH / 2);
     tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k_dh, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "k:");
-    todre_tensor *k_K = t3(f->k, TODRE_DTYPE_F32, HKV, K - 1, DH);
+    todre_tensor *k_K = t3(f->k, TODRE_DTYPE_F32, HKV, K + 1, DH);
     tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k_K, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "k:");
     todre_tensor *q_Q = t3(f->q, TODRE_DTYPE_F32, 2, K + 1, DH);
     tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q_Q, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "q:");

@@ -143,3 +143,21 @@ def test_relevance_errors():
     rel.close()
     with pytest.raises(TodreError):
         rel.set_layout(1, 1, 1)
+
+
+def test_chunked_prefill_accumulates(rng):
+    # The whole prefill's probabilities, observed in chunks: keys [0, end),
+    # queries [start, end). Earlier chunks are PENDING; the last one decides
+    # with the ratios of the whole prefill.
+    A = _probs(rng, 2, 20).astype(np.float32)
+    whole = todre.Relevance(2, probe_layers=[1])
+    whole.set_layout(2, 10, 8)
+    whole.observe_probs(1, A)
+    rel = todre.Relevance(2, probe_layers=[1])
+    rel.set_layout(2, 10, 8)
+    assert rel.observe_probs(1, A[:, 0:9, :9]) == [Decision.PENDING]
+    with pytest.raises(todre.TodreError):
+        rel.ratios(1)
+    assert rel.observe_probs(1, A[:, 9:15, :15]) == [Decision.PENDING]
+    assert rel.observe_probs(1, A[:, 15:20, :20]) in ([Decision.KEEP], [Decision.DROP])
+    assert rel.ratios(1) == pytest.approx(whole.ratios(1), rel=1e-6)

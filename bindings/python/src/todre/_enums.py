@@ -72,6 +72,7 @@ class Decision(enum.IntEnum):
     KEEP = 1
     DROP = 2
     ALREADY_DROPPED = 3
+    PENDING = 4  # a chunk of a chunked prefill; decided by the chunk that ends at the last position
 
 
 class ContextParam(enum.IntEnum):
