@@ -103,10 +103,14 @@ todre_status todre_cuda_enter(struct todre_cuda_backend *be, struct todre_cuda_s
                               struct todre_diag *diag);
 void todre_cuda_leave(struct todre_cuda_scope *sc);
 
-/* UNSUPPORTED while the context's stream is being captured into a CUDA
- * graph: a replay would reread pinned staging slots that later calls have
- * overwritten, and the workspace growth waits cannot be captured. */
-todre_status todre_cuda_not_capturing(struct todre_cuda_backend *be, struct todre_diag *diag);
+/* Start of a select / relevance call: todre_cuda_enter(), then drop a
+ * launch error the caller's own earlier launch left pending (the launchers
+ * report cudaGetLastError(), which must be ours), and refuse a stream under
+ * CUDA-graph capture with UNSUPPORTED (a replay would reread pinned staging
+ * slots that later calls overwrote). On success, todre_cuda_leave() ends
+ * the call; on failure the scope is already left. */
+todre_status todre_cuda_begin_call(struct todre_cuda_backend *be, struct todre_cuda_scope *sc,
+                                   struct todre_diag *diag);
 
 /* Reject memory the device cannot use as a CUDA tensor of this context:
  * host (pageable or pinned) memory or another device's memory. @p name is

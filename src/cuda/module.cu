@@ -56,7 +56,7 @@ void todre_cuda_leave(struct todre_cuda_scope *sc)
     if (sc->changed) (void)cudaSetDevice(sc->prev);
 }
 
-todre_status todre_cuda_not_capturing(struct todre_cuda_backend *be, struct todre_diag *diag)
+static todre_status not_capturing(struct todre_cuda_backend *be, struct todre_diag *diag)
 {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaError_t err = cudaStreamIsCapturing(be->stream, &cs);
@@ -69,6 +69,17 @@ todre_status todre_cuda_not_capturing(struct todre_cuda_backend *be, struct todr
     }
     if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaStreamIsCapturing");
     return TODRE_OK;
+}
+
+todre_status todre_cuda_begin_call(struct todre_cuda_backend *be, struct todre_cuda_scope *sc,
+                                   struct todre_diag *diag)
+{
+    todre_status st = todre_cuda_enter(be, sc, diag);
+    if (st != TODRE_OK) return st;
+    (void)cudaGetLastError();
+    st = not_capturing(be, diag);
+    if (st != TODRE_OK) todre_cuda_leave(sc);
+    return st;
 }
 
 todre_status todre_cuda_check_pointer(struct todre_cuda_backend *be, const void *ptr,

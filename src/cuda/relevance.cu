@@ -408,12 +408,8 @@ todre_status todre_cuda_relevance_probs(struct todre_backend *base,
 {
     struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
     struct todre_cuda_scope sc;
-    CKS(todre_cuda_enter(be, &sc, diag));
-    /* The launchers report cudaGetLastError(): drop an error the caller's
-     * own earlier launch left pending, so that it is not reported as ours. */
-    (void)cudaGetLastError();
-    todre_status st = todre_cuda_not_capturing(be, diag);
-    if (st == TODRE_OK) st = probs_body(be, job, diag);
+    CKS(todre_cuda_begin_call(be, &sc, diag));
+    todre_status st = probs_body(be, job, diag);
     todre_cuda_leave(&sc);
     return st;
 }
@@ -487,12 +483,8 @@ todre_status todre_cuda_relevance_qk(struct todre_backend *base,
 {
     struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
     struct todre_cuda_scope sc;
-    CKS(todre_cuda_enter(be, &sc, diag));
-    /* The launchers report cudaGetLastError(): drop an error the caller's
-     * own earlier launch left pending, so that it is not reported as ours. */
-    (void)cudaGetLastError();
-    todre_status st = todre_cuda_not_capturing(be, diag);
-    if (st == TODRE_OK) st = qk_body(be, job, diag);
+    CKS(todre_cuda_begin_call(be, &sc, diag));
+    todre_status st = qk_body(be, job, diag);
     todre_cuda_leave(&sc);
     return st;
 }

@@ -467,12 +467,8 @@ todre_status todre_cuda_select(struct todre_backend *base, const struct todre_se
 {
     struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
     struct todre_cuda_scope sc;
-    CKS(todre_cuda_enter(be, &sc, diag));
-    /* The launchers report cudaGetLastError(): drop an error the caller's
-     * own earlier launch left pending, so that it is not reported as ours. */
-    (void)cudaGetLastError();
-    todre_status st = todre_cuda_not_capturing(be, diag);
-    if (st == TODRE_OK) st = select_body(be, job, diag);
+    CKS(todre_cuda_begin_call(be, &sc, diag));
+    todre_status st = select_body(be, job, diag);
     todre_cuda_leave(&sc);
     return st;
 }
