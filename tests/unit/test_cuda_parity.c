@@ -650,6 +650,23 @@ static void test_relevance_probs(void **state)
         }
 }
 
+/* The CPU's ratios of layer 0 from host q [RB, H, Q, dh] and k [RB, H_kv, K, dh]. */
+static void cpu_qk_ratios(const uint8_t *types, todre_dtype dt, void *qh, const int64_t *qshape,
+                          const int64_t *qstr, void *kh, const int64_t *kshape,
+                          const int64_t *kstr, double *rc)
+{
+    todre_context *cpu = tt_cpu_context();
+    todre_relevance *rel = make_rel(types);
+    todre_tensor *qt = tt_tensor(qh, dt, 4, qshape, qstr);
+    todre_tensor *kt = tt_tensor(kh, dt, 4, kshape, kstr);
+    tt_assert_ok(todre_relevance_observe_qk(cpu, rel, 0, qt, kt, 0.0, NULL));
+    read_ratios(rel, rc);
+    todre_tensor_destroy(kt);
+    todre_tensor_destroy(qt);
+    todre_relevance_destroy(rel);
+    todre_context_destroy(cpu);
+}
+
 /* Q and K with grouped-query attention (8 query heads over 2 key heads), K
  * stored [B, K, H_kv, dh] (strided), a head size that is not a multiple of
  * the kernel's chunk, full prefill and a chunk. */
@@ -676,22 +693,13 @@ static void test_relevance_qk(void **state)
                 int64_t kshape[4] = {RB, Hkv, RK, dh}, kstr[4] = {RK * Hkv * dh, dh, Hkv * dh, 1};
                 double rc[2 * RB], rg[2 * RB];
 
-                todre_context *cpu = tt_cpu_context();
-                todre_relevance *rel = make_rel(types);
-                todre_tensor *qt = tt_tensor(qh, dts[t], 4, qshape, NULL);
-                todre_tensor *kt = tt_tensor(kh, dts[t], 4, kshape, kstr);
-                tt_assert_ok(todre_relevance_observe_qk(cpu, rel, 0, qt, kt, 0.0, NULL));
-                read_ratios(rel, rc);
-                todre_tensor_destroy(kt);
-                todre_tensor_destroy(qt);
-                todre_relevance_destroy(rel);
-                todre_context_destroy(cpu);
+                cpu_qk_ratios(types, dts[t], qh, qshape, NULL, kh, kshape, kstr, rc);
 
                 todre_context *gpu = cuda_ctx(0, -1);
                 void *qd = dev_copy(qh, es * qn), *kd = dev_copy(kh, es * kn);
-                rel = make_rel(types);
-                qt = dev_tensor(qd, dts[t], 4, qshape, NULL);
-                kt = dev_tensor(kd, dts[t], 4, kshape, kstr);
+                todre_relevance *rel = make_rel(types);
+                todre_tensor *qt = dev_tensor(qd, dts[t], 4, qshape, NULL);
+                todre_tensor *kt = dev_tensor(kd, dts[t], 4, kshape, kstr);
                 tt_assert_ok(todre_relevance_observe_qk(gpu, rel, 0, qt, kt, 0.0, NULL));
                 read_ratios(rel, rg);
                 todre_tensor_destroy(kt);
@@ -728,21 +736,13 @@ static void test_relevance_qk_chunked(void **state)
     int64_t qstr[4] = {H * RK * dh, RK * dh, dh, 1}, kstr[4] = {Hkv * RK * dh, RK * dh, dh, 1};
     double rc[2 * RB], rg[2 * RB];
 
-    todre_context *cpu = tt_cpu_context();
-    todre_relevance *rel = make_rel(types);
     int64_t qshape[4] = {RB, H, RK, dh}, kshape[4] = {RB, Hkv, RK, dh};
-    todre_tensor *qt = tt_tensor(qh, TODRE_DTYPE_F16, 4, qshape, qstr);
-    todre_tensor *kt = tt_tensor(kh, TODRE_DTYPE_F16, 4, kshape, kstr);
-    tt_assert_ok(todre_relevance_observe_qk(cpu, rel, 0, qt, kt, 0.0, NULL));
-    read_ratios(rel, rc);
-    todre_tensor_destroy(kt);
-    todre_tensor_destroy(qt);
-    todre_relevance_destroy(rel);
-    todre_context_destroy(cpu);
+    cpu_qk_ratios(types, TODRE_DTYPE_F16, qh, qshape, qstr, kh, kshape, kstr, rc);
 
     todre_context *gpu = cuda_ctx(0, -1);
     uint16_t *qd = dev_copy(qh, 2 * qn), *kd = dev_copy(kh, 2 * kn);
-    rel = make_rel(types);
+    todre_relevance *rel = make_rel(types);
+    todre_tensor *qt, *kt;
     int64_t start = 0;
     for (int c = 0; c < 3; c++) {
         int64_t cq[4] = {RB, H, ends[c] - start, dh}, ck[4] = {RB, Hkv, ends[c], dh};
