@@ -18,24 +18,16 @@ Prints medians over repeats (CUDA events) and the PyTorch/libtodre ratio.
 Exits 0 with a 'skipped: ...' line where there is no GPU, no PyTorch with
 CUDA, or no CUDA-capable libtodre.
 
-Usage: python3 bench/bench_cuda.py [--lib build/libtodre.so] [--repeats 20]
+Usage: python3 bench/bench_cuda.py [--lib build/libtodre.so.1] [--repeats 20]
 """
 import argparse
-import ctypes
 import glob
 import math
 import os
 import statistics
 import sys
 
-TODRE_OK = 0
-BACKEND_CUDA = 2
-DT = {"f32": 0, "f16": 1, "bf16": 2, "i64": 4, "u8": 5}
-DEV_HOST, DEV_CUDA = 0, 1
-SEL_OBJECTIVE, SEL_PIVOT, SEL_KEEP, SEL_ORDER = 0, 1, 4, 6
-PIVOT_CENTER = 2
-ORDER_SELECTION = 1
-CTX_STRATEGY = 1
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def skip(why):
@@ -46,73 +38,40 @@ def skip(why):
 def find_lib(arg):
     if arg:
         return arg
-    if os.environ.get("TODRE_LIB"):
-        return os.environ["TODRE_LIB"]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    hits = sorted(glob.glob(os.path.join(root, "build*", "libtodre.so")), key=os.path.getmtime)
+    for var in ("TODRE_LIBRARY", "TODRE_LIB"):
+        if os.environ.get(var):
+            return os.environ[var]
+    hits = sorted(glob.glob(os.path.join(ROOT, "build*", "libtodre.so.1")), key=os.path.getmtime)
     return hits[-1] if hits else None
 
 
 class Todre:
+    """The todre package of this tree on one libtodre; the timed calls go
+    straight to the C functions with DLTensors built once beforehand, so they
+    measure libtodre, not the Python layer."""
+
     def __init__(self, path):
-        L = ctypes.CDLL(path)
-        vp, i64, ip = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-        P = ctypes.POINTER
-        L.todre_last_error.restype = ctypes.c_char_p
-        L.todre_context_last_error.restype = ctypes.c_char_p
-        L.todre_context_last_error.argtypes = [vp]
-        L.todre_context_create.argtypes = [ip, ip, P(vp)]
-        L.todre_context_destroy.argtypes = [vp]
-        L.todre_context_set_param.argtypes = [vp, ip, i64]
-        L.todre_context_set_stream.argtypes = [vp, vp]
-        L.todre_context_synchronize.argtypes = [vp]
-        L.todre_backend_available.argtypes = [ip, P(ip)]
-        L.todre_tensor_create.argtypes = [vp, ip, ip, ip, ip, P(i64), P(i64), P(vp)]
-        L.todre_tensor_destroy.argtypes = [vp]
-        L.todre_select_config_create.argtypes = [P(vp)]
-        L.todre_select_config_destroy.argtypes = [vp]
-        L.todre_select_config_set.argtypes = [vp, ip, i64]
-        L.todre_select.argtypes = [vp, vp, vp, vp, vp]
-        L.todre_select_batch.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp]
-        L.todre_relevance_create.argtypes = [i64, i64, P(vp)]
-        L.todre_relevance_destroy.argtypes = [vp]
-        L.todre_relevance_set_probe_layers.argtypes = [vp, P(i64), i64]
-        L.todre_relevance_set_layout.argtypes = [vp, i64, i64, i64]
-        L.todre_relevance_set_types.argtypes = [vp, vp]
-        L.todre_relevance_reset.argtypes = [vp]
-        L.todre_relevance_observe_qk.argtypes = [vp, vp, i64, vp, vp, ctypes.c_double, vp]
-        L.todre_relevance_observe_probs.argtypes = [vp, vp, i64, vp, vp]
-        L.todre_relevance_ratios.argtypes = [vp, i64, i64, P(ctypes.c_double), P(ctypes.c_double)]
-        self.L = L
+        os.environ["TODRE_LIBRARY"] = path
+        sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "src"))
+        import todre
+        from todre import _errors, _lib, _tensor
+        self.todre, self.L, self._tensor = todre, _lib.lib, _tensor
+        self._check = _errors.check
 
     def check(self, st, ctx=None):
-        if st != TODRE_OK:
-            msg = (self.L.todre_context_last_error(ctx) if ctx else self.L.todre_last_error())
-            raise RuntimeError(f"libtodre status {st}: {msg.decode(errors='replace')}")
+        self._check(st, ctx.handle if ctx is not None else None)
 
     def cuda_available(self):
-        a = ctypes.c_int(0)
-        self.check(self.L.todre_backend_available(BACKEND_CUDA, ctypes.byref(a)))
-        return bool(a.value), self.L.todre_last_error().decode(errors="replace")
+        return self.todre.backend_available("cuda")
 
     def context(self, stream):
-        ctx = ctypes.c_void_p()
-        self.check(self.L.todre_context_create(BACKEND_CUDA, 0, ctypes.byref(ctx)))
-        self.check(self.L.todre_context_set_stream(ctx, ctypes.c_void_p(stream)), ctx)
+        ctx = self.todre.Context("cuda", 0)
+        ctx.set_stream(stream)
         return ctx
 
-    def tensor(self, ptr, dtype, shape, strides=None, device=DEV_CUDA):
-        n = len(shape)
-        sh = (ctypes.c_int64 * n)(*shape)
-        st = (ctypes.c_int64 * n)(*strides) if strides else None
-        t = ctypes.c_void_p()
-        self.check(self.L.todre_tensor_create(ctypes.c_void_p(ptr), DT[dtype], device, 0, n, sh,
-                                              st, ctypes.byref(t)))
-        return t
-
-    def torch_tensor(self, x, dtype):
-        dev = DEV_CUDA if x.is_cuda else DEV_HOST
-        return self.tensor(x.data_ptr(), dtype, list(x.shape), list(x.stride()), dev)
+    def tensor(self, x, what="array"):
+        """A DLTensor of a torch tensor (CPU or CUDA), kept alive by the result."""
+        return self._tensor.Borrowed(x, what)
 
 
 def median_ms(torch, fn, repeats, warmup=3):
@@ -165,34 +124,30 @@ def bench_stage1(torch, td, ctx, repeats):
         E = (centers.gather(1, assign.unsqueeze(-1).expand(B, n, d)) +
              0.7 * torch.randn(B, n, d, device="cuda", generator=gen)).half().contiguous()
         for k in (288, 720):
-            cfg = ctypes.c_void_p()
-            td.check(td.L.todre_select_config_create(ctypes.byref(cfg)))
-            td.check(td.L.todre_select_config_set(cfg, SEL_PIVOT, PIVOT_CENTER))
-            td.check(td.L.todre_select_config_set(cfg, SEL_KEEP, k))
-            td.check(td.L.todre_select_config_set(cfg, SEL_ORDER, ORDER_SELECTION))
+            cfg = td.todre.SelectConfig(keep=k, pivot="center", order="selection")
             out = torch.empty(B * k, dtype=torch.int64, device="cuda")
             offs = torch.arange(0, (B + 1) * n, n, dtype=torch.int64)
-            emb_t = td.tensor(E.data_ptr(), "f16", [B * n, d])
-            out_t = td.torch_tensor(out, "i64")
-            offs_t = td.torch_tensor(offs, "i64")
+            emb_t = td.tensor(E.view(B * n, d), "embeddings")
+            out_t = td.tensor(out, "out")
+            offs_t = td.tensor(offs, "offsets")
 
             def ours():
-                td.check(td.L.todre_select_batch(ctx, cfg, emb_t, None, offs_t, None, out_t,
-                                                 None), ctx)
+                td.check(td.L.todre_select_batch(ctx.handle, cfg.handle, emb_t.ref, None,
+                                                 offs_t.ref, None, out_t.ref, None), ctx)
 
             t_ours = median_ms(torch, ours, repeats)
             reps_t = max(3, repeats // 4)  # the PyTorch loops are slow
             t_f32 = median_ms(torch, lambda: torch_algorithm1(torch, E, k, torch.float32), reps_t, 1)
             t_f16 = median_ms(torch, lambda: torch_algorithm1(torch, E, k, torch.float16), reps_t, 1)
             ours()
-            td.check(td.L.todre_context_synchronize(ctx), ctx)
+            ctx.synchronize()
             ref = torch_algorithm1(torch, E, k, torch.float32)
             agree = (out.view(B, k) == ref).float().mean().item()
             print(f"{B:>6} {k:>5} {t_ours:>10.3f} {t_f32:>11.3f} {t_f16:>10.3f} "
                   f"{t_f32 / t_ours:>7.1f} {t_f16 / t_ours:>7.1f} {agree:>6.3f}")
             for t in (emb_t, out_t, offs_t):
-                td.L.todre_tensor_destroy(t)
-            td.L.todre_select_config_destroy(cfg)
+                t.close()
+            cfg.close()
         del E
 
 
@@ -241,23 +196,18 @@ def bench_stage2(torch, td, ctx, repeats):
             q = torch.randn(1, H, K, dh, device="cuda").half()
             k = torch.randn(1, Hkv, K, dh, device="cuda").half()
             scale = 1.0 / math.sqrt(dh)
-            rel = ctypes.c_void_p()
-            td.check(td.L.todre_relevance_create(1, 1, ctypes.byref(rel)))
-            layer = (ctypes.c_int64 * 1)(0)
-            td.check(td.L.todre_relevance_set_probe_layers(rel, layer, 1))
-            tys = types.contiguous()
-            types_t = td.tensor(tys.data_ptr(), "u8", [1, K], device=DEV_HOST)
-            td.check(td.L.todre_relevance_set_types(rel, types_t))
-            q_t, k_t = td.torch_tensor(q, "f16"), td.torch_tensor(k, "f16")
+            rel = td.todre.Relevance(1, 1, probe_layers=[0], context=ctx)
+            rel.set_types(types.view(1, K))
+            q_t, k_t = td.tensor(q, "q"), td.tensor(k, "k")
+            reset_state = int(td.todre.Reset.STATE)
 
             def ours_qk():
-                td.check(td.L.todre_relevance_reset(rel))
-                td.check(td.L.todre_relevance_observe_qk(ctx, rel, 0, q_t, k_t, 0.0, None), ctx)
+                td.check(td.L.todre_relevance_reset(rel.handle, reset_state))
+                td.check(td.L.todre_relevance_observe_qk(ctx.handle, rel.handle, 0, q_t.ref,
+                                                         k_t.ref, 0.0, None), ctx)
 
             def ratios():
-                a, b = ctypes.c_double(), ctypes.c_double()
-                td.check(td.L.todre_relevance_ratios(rel, 0, 0, ctypes.byref(a), ctypes.byref(b)))
-                return a.value, b.value
+                return rel.ratios(0, seq=0)
 
             tys_d = types.cuda()
             t_ours = median_ms(torch, ours_qk, repeats)
@@ -271,11 +221,12 @@ def bench_stage2(torch, td, ctx, repeats):
                   f"{abs(r_ours[1] - r_ref[1]):>9.2e}")
             if Hkv == 32:
                 A4 = A.unsqueeze(0)
-                a_t = td.torch_tensor(A4, "f16")
+                a_t = td.tensor(A4, "attn")
 
                 def ours_probs():
-                    td.check(td.L.todre_relevance_reset(rel))
-                    td.check(td.L.todre_relevance_observe_probs(ctx, rel, 0, a_t, None), ctx)
+                    td.check(td.L.todre_relevance_reset(rel.handle, reset_state))
+                    td.check(td.L.todre_relevance_observe_probs(ctx.handle, rel.handle, 0,
+                                                                a_t.ref, None), ctx)
 
                 t_p = median_ms(torch, ours_probs, repeats)
                 t_pt = median_ms(torch, lambda: torch_ratios(torch, A, tys_d), repeats)
@@ -284,17 +235,18 @@ def bench_stage2(torch, td, ctx, repeats):
                 print(f"{name:>22} {Hkv:>4} {'probs':>6} {t_p:>10.3f} {t_pt:>9.3f} "
                       f"{t_pt / t_p:>6.1f} {abs(rp[0] - r_ref[0]):>9.2e} "
                       f"{abs(rp[1] - r_ref[1]):>9.2e}")
-                td.L.todre_tensor_destroy(a_t)
+                a_t.close()
                 del A4
             del A
-            for t in (q_t, k_t, types_t):
-                td.L.todre_tensor_destroy(t)
-            td.L.todre_relevance_destroy(rel)
+            for t in (q_t, k_t):
+                t.close()
+            rel.close()
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--lib", help="path to libtodre.so (default: newest build*/libtodre.so)")
+    ap.add_argument("--lib", help="path to libtodre.so.1 (default: $TODRE_LIBRARY, else the "
+                    "newest build*/libtodre.so.1)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--stage", choices=("1", "2", "both"), default="both")
     args = ap.parse_args()
@@ -306,12 +258,14 @@ def main():
         skip("no GPU (torch.cuda.is_available() is False)")
     lib = find_lib(args.lib)
     if not lib or not os.path.exists(lib):
-        skip("libtodre.so not found (build it, or pass --lib / TODRE_LIB)")
+        skip("libtodre.so.1 not found (build it, or pass --lib / TODRE_LIBRARY)")
     td = Todre(lib)
     ok, why = td.cuda_available()
     if not ok:
         skip(f"no GPU usable by libtodre ({why})")
-    print(f"device: {torch.cuda.get_device_name(0)}; torch {torch.__version__}; lib {lib}")
+    dev = td.todre.devices("cuda")[0]
+    print(f"device: {torch.cuda.get_device_name(0)} ({dev.arch}); torch {torch.__version__}; "
+          f"libtodre {td.todre.version()} ({lib})")
     ctx = td.context(torch.cuda.current_stream().cuda_stream)
     try:
         if args.stage in ("1", "both"):
@@ -319,7 +273,7 @@ def main():
         if args.stage in ("2", "both"):
             bench_stage2(torch, td, ctx, args.repeats)
     finally:
-        td.L.todre_context_destroy(ctx)
+        ctx.close()
 
 
 if __name__ == "__main__":

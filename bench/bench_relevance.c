@@ -30,11 +30,33 @@
 #include "half.h"
 #include "todre/todre.h"
 
+enum bench_dtype { DT_F32, DT_F16, DT_BF16 };
+
 struct cfg {
     int64_t K, n_text, n_system, H, Hkv, dh, reps, threads;
-    todre_dtype dtype;
+    enum bench_dtype dtype;
     int textfirst;
 };
+
+static DLDataType dl_dtype(enum bench_dtype dt)
+{
+    DLDataType t = {kDLFloat, dt == DT_F32 ? 32 : 16, 1};
+    if (dt == DT_BF16) t.code = kDLBfloat;
+    return t;
+}
+
+/* A compact host DLTensor view. */
+static DLTensor host_tensor(void *data, DLDataType dtype, int ndim, int64_t *shape)
+{
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.ndim = ndim;
+    t.dtype = dtype;
+    t.shape = shape;
+    return t;
+}
 
 static double now_s(void)
 {
@@ -66,15 +88,15 @@ static void die(const char *what)
     exit(1);
 }
 
-static size_t esize(todre_dtype dt) { return dt == TODRE_DTYPE_F32 ? 4 : 2; }
+static size_t esize(enum bench_dtype dt) { return dt == DT_F32 ? 4 : 2; }
 
-static void *convert(const float *x, size_t n, todre_dtype dt)
+static void *convert(const float *x, size_t n, enum bench_dtype dt)
 {
     void *out = malloc(n * esize(dt));
     if (!out) die("out of memory");
     for (size_t i = 0; i < n; i++) {
-        if (dt == TODRE_DTYPE_F32) ((float *)out)[i] = x[i];
-        else if (dt == TODRE_DTYPE_F16) ((uint16_t *)out)[i] = todre_f32_to_f16(x[i]);
+        if (dt == DT_F32) ((float *)out)[i] = x[i];
+        else if (dt == DT_F16) ((uint16_t *)out)[i] = todre_f32_to_f16(x[i]);
         else ((uint16_t *)out)[i] = todre_f32_to_bf16(x[i]);
     }
     return out;
@@ -146,23 +168,21 @@ static uint8_t *make_types(const struct cfg *c)
 
 /* Time one stage-2 path (qk != 0: observe_qk) in a fresh context; report
  * the heap its first call allocates. */
-static void bench_path(const struct cfg *c, int qk, todre_tensor *a, todre_tensor *b,
-                       const uint8_t *types, const char *dtname, size_t input_bytes)
+static void bench_path(const struct cfg *c, int qk, const DLTensor *a, const DLTensor *b,
+                       uint8_t *types, const char *dtname, size_t input_bytes)
 {
     todre_context *ctx;
     todre_relevance *rel;
-    if (todre_context_create(TODRE_BACKEND_CPU, 0, &ctx)) die("context");
-    if (todre_context_set_param(ctx, TODRE_CONTEXT_NUM_THREADS, c->threads)) die("threads");
+    if (todre_context_create("cpu", 0, &ctx)) die("context");
+    if (todre_context_set_int(ctx, TODRE_CONTEXT_NUM_THREADS, c->threads)) die("threads");
     if (todre_relevance_create(1, 1, &rel)) die("relevance");
-    todre_tensor *tt;
     int64_t shape[1] = {c->K};
-    if (todre_tensor_create((void *)types, TODRE_DTYPE_U8, TODRE_DEVICE_HOST, 0, 1, shape, NULL, &tt))
-        die("types");
-    if (todre_relevance_set_types(rel, tt)) die("set_types");
+    DLTensor tt = host_tensor(types, (DLDataType){kDLUInt, 8, 1}, 1, shape);
+    if (todre_relevance_set_types(rel, &tt)) die("set_types");
     double *t = malloc(sizeof(double) * (size_t)c->reps), t2v = 0, v2t = 0;
     size_t ws = 0;
     for (int64_t r = -1; r < c->reps; r++) {
-        todre_relevance_reset(rel);
+        if (todre_relevance_reset(rel, TODRE_RESET_STATE)) die("reset");
         size_t h0 = heap_in_use();
         double t0 = now_s();
         todre_status st = qk ? todre_relevance_observe_qk(ctx, rel, 0, a, b, 0.0, NULL)
@@ -183,21 +203,19 @@ static void bench_path(const struct cfg *c, int qk, todre_tensor *a, todre_tenso
            (long long)c->reps, input_bytes, ws, t2v, v2t);
     fflush(stdout);
     free(t);
-    todre_tensor_destroy(tt);
     todre_relevance_destroy(rel);
     todre_context_destroy(ctx);
 }
 
 int main(int argc, char **argv)
 {
-    struct cfg c = {600, 40, 35, 32, 32, 128, 7, 0, TODRE_DTYPE_F16, 0};
+    struct cfg c = {600, 40, 35, 32, 32, 128, 7, 0, DT_F16, 0};
     const char *dtname = "f16";
     int64_t *iv[] = {&c.K, &c.n_text, &c.n_system, &c.H, &c.Hkv, &c.dh};
     for (int i = 1; i < argc && i <= 6; i++) *iv[i - 1] = strtoll(argv[i], NULL, 10);
     if (argc > 7) {
         dtname = argv[7];
-        c.dtype = !strcmp(dtname, "f32") ? TODRE_DTYPE_F32
-                  : !strcmp(dtname, "bf16") ? TODRE_DTYPE_BF16 : TODRE_DTYPE_F16;
+        c.dtype = !strcmp(dtname, "f32") ? DT_F32 : !strcmp(dtname, "bf16") ? DT_BF16 : DT_F16;
     }
     if (argc > 8) c.reps = strtoll(argv[8], NULL, 10);
     if (argc > 9) c.textfirst = !strcmp(argv[9], "textfirst");
@@ -240,18 +258,14 @@ int main(int argc, char **argv)
     void *pa = convert(probs, na, c.dtype);
     free(probs);
     int64_t sa[4] = {1, H, K, K}, sq[4] = {1, H, K, dh}, sk[4] = {1, Hkv, K, dh};
-    todre_tensor *ta, *tq, *tk;
-    if (todre_tensor_create(pa, c.dtype, TODRE_DEVICE_HOST, 0, 4, sa, NULL, &ta)) die("attn");
-    bench_path(&c, 0, ta, NULL, types, dtname, na * esize(c.dtype));
-    todre_tensor_destroy(ta);
+    DLTensor ta = host_tensor(pa, dl_dtype(c.dtype), 4, sa);
+    bench_path(&c, 0, &ta, NULL, types, dtname, na * esize(c.dtype));
     free(pa);
 
     void *qd = convert(q, nq, c.dtype), *kd = convert(k, nk, c.dtype);
-    if (todre_tensor_create(qd, c.dtype, TODRE_DEVICE_HOST, 0, 4, sq, NULL, &tq)) die("q");
-    if (todre_tensor_create(kd, c.dtype, TODRE_DEVICE_HOST, 0, 4, sk, NULL, &tk)) die("k");
-    bench_path(&c, 1, tq, tk, types, dtname, (nq + nk) * esize(c.dtype));
-    todre_tensor_destroy(tq);
-    todre_tensor_destroy(tk);
+    DLTensor tq = host_tensor(qd, dl_dtype(c.dtype), 4, sq);
+    DLTensor tk = host_tensor(kd, dl_dtype(c.dtype), 4, sk);
+    bench_path(&c, 1, &tq, &tk, types, dtname, (nq + nk) * esize(c.dtype));
     free(qd);
     free(kd);
     free(types);

@@ -15,8 +15,25 @@
 #include <string.h>
 #include <time.h>
 
+#define TODRE_EXPERIMENTAL_API /* TODRE_CONTEXT_EXP_SELECT_STRATEGY */
 #include "half.h"
 #include "todre/todre.h"
+
+enum { DT_F32, DT_F16, DT_BF16 }; /* indexes dtypes[] and DL_DTYPES[] */
+static const DLDataType DL_DTYPES[] = {{kDLFloat, 32, 1}, {kDLFloat, 16, 1}, {kDLBfloat, 16, 1}};
+
+/* A compact host DLTensor view. */
+static DLTensor host_tensor(void *data, DLDataType dtype, int ndim, int64_t *shape)
+{
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.ndim = ndim;
+    t.dtype = dtype;
+    t.shape = shape;
+    return t;
+}
 
 static double now_s(void)
 {
@@ -61,8 +78,8 @@ static void make_data(int64_t n, int64_t d, int dtype, void *emb, float *cls)
         const float *c = centres + (int64_t)(uniform() * 48) * d;
         for (int64_t j = 0; j < d; j++) {
             float v = c[j] + 0.6f * gauss() + offset[j];
-            if (dtype == TODRE_DTYPE_F32) ((float *)emb)[i * d + j] = v;
-            else if (dtype == TODRE_DTYPE_F16) ((uint16_t *)emb)[i * d + j] = todre_f32_to_f16(v);
+            if (dtype == DT_F32) ((float *)emb)[i * d + j] = v;
+            else if (dtype == DT_F16) ((uint16_t *)emb)[i * d + j] = todre_f32_to_f16(v);
             else ((uint16_t *)emb)[i * d + j] = todre_f32_to_bf16(v);
         }
         cls[i] = (float)uniform();
@@ -90,7 +107,7 @@ int main(int argc, char **argv)
     int64_t n = argc > 1 ? atoll(argv[1]) : 2880;
     int64_t d = argc > 2 ? atoll(argv[2]) : 4096;
     int64_t k = argc > 3 ? atoll(argv[3]) : 288;
-    int dtype = argc > 4 ? lookup(argv[4], dtypes, 3) : TODRE_DTYPE_F16;
+    int dtype = argc > 4 ? lookup(argv[4], dtypes, 3) : DT_F16;
     int strategy = argc > 5 ? lookup(argv[5], strategies, 4) : 0;
     int reps = argc > 6 ? atoi(argv[6]) : 7;
     int threads = argc > 7 ? atoi(argv[7]) : 0;
@@ -101,7 +118,7 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    size_t esz = dtype == TODRE_DTYPE_F32 ? 4 : 2;
+    size_t esz = dtype == DT_F32 ? 4 : 2;
     void *emb = malloc((size_t)n * d * esz);
     float *cls = malloc((size_t)n * sizeof *cls);
     int64_t *out = malloc((size_t)k * sizeof *out);
@@ -111,24 +128,23 @@ int main(int argc, char **argv)
 
     todre_context *ctx;
     todre_select_config *cfg;
-    todre_tensor *te, *tc, *to;
     int64_t eshape[2] = {n, d}, kshape[1] = {k};
-    CHECK(todre_context_create(TODRE_BACKEND_CPU, 0, &ctx));
-    CHECK(todre_context_set_param(ctx, TODRE_CONTEXT_SELECT_STRATEGY, strategy));
-    CHECK(todre_context_set_param(ctx, TODRE_CONTEXT_NUM_THREADS, threads));
+    CHECK(todre_context_create("cpu", 0, &ctx));
+    CHECK(todre_context_set_int(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, strategy));
+    CHECK(todre_context_set_int(ctx, TODRE_CONTEXT_NUM_THREADS, threads));
     CHECK(todre_select_config_create(&cfg));
-    CHECK(todre_select_config_set(cfg, TODRE_SELECT_OBJECTIVE, objective));
-    CHECK(todre_select_config_set(cfg, TODRE_SELECT_PIVOT, pivot));
-    CHECK(todre_select_config_set(cfg, TODRE_SELECT_KEEP, k));
-    CHECK(todre_select_config_set(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_SELECTION));
-    CHECK(todre_tensor_create(emb, (todre_dtype)dtype, TODRE_DEVICE_HOST, 0, 2, eshape, NULL, &te));
-    CHECK(todre_tensor_create(cls, TODRE_DTYPE_F32, TODRE_DEVICE_HOST, 0, 1, eshape, NULL, &tc));
-    CHECK(todre_tensor_create(out, TODRE_DTYPE_I64, TODRE_DEVICE_HOST, 0, 1, kshape, NULL, &to));
+    CHECK(todre_select_config_set_int(cfg, TODRE_SELECT_OBJECTIVE, objective));
+    CHECK(todre_select_config_set_int(cfg, TODRE_SELECT_PIVOT, pivot));
+    CHECK(todre_select_config_set_int(cfg, TODRE_SELECT_KEEP, k));
+    CHECK(todre_select_config_set_int(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_SELECTION));
+    DLTensor te = host_tensor(emb, DL_DTYPES[dtype], 2, eshape);
+    DLTensor tc = host_tensor(cls, DL_DTYPES[DT_F32], 1, eshape); /* [n] */
+    DLTensor to = host_tensor(out, (DLDataType){kDLInt, 64, 1}, 1, kshape);
 
-    CHECK(todre_select(ctx, cfg, te, tc, to)); /* warm-up: sizes the workspace */
+    CHECK(todre_select(ctx, cfg, &te, &tc, &to)); /* warm-up: sizes the workspace */
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
-        CHECK(todre_select(ctx, cfg, te, tc, to));
+        CHECK(todre_select(ctx, cfg, &te, &tc, &to));
         times[r] = now_s() - t0;
     }
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
@@ -138,9 +154,6 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < k && i < 5; i++) printf(" %lld", (long long)out[i]);
     printf("\n");
 
-    todre_tensor_destroy(te);
-    todre_tensor_destroy(tc);
-    todre_tensor_destroy(to);
     todre_select_config_destroy(cfg);
     todre_context_destroy(ctx);
     free(emb);

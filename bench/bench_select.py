@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
-"""Stage-1 CPU benchmark: libtodre's todre_select (through ctypes on
-libtodre.so, in this process) against a straightforward NumPy implementation
-of the paper's Algorithm 1, on the same inputs.
+"""Stage-1 CPU benchmark: libtodre's todre_select (through the todre Python
+package, ctypes on libtodre.so.1 in this process) against a straightforward
+NumPy implementation of the paper's Algorithm 1, on the same inputs.
 
-    python3 bench/bench_select.py [--lib build-x/libtodre.so] [--reps 7]
+    python3 bench/bench_select.py [--lib build-x/libtodre.so.1] [--reps 7]
 
 For each case (n = 2880, d = 4096 as LLaVA-NeXT-7B AnyRes; k = 288 and 720;
-f16 and f32 input) it times both several times, prints medians and the
-speed-up, and checks the selection: identical to NumPy's, or else a valid
-greedy trajectory of the exact (float64) algorithm up to near-ties.
+f16 and f32 input, bf16 with PyTorch) it times both several times, prints
+medians and the speed-up, and checks the selection: identical to NumPy's, or
+else a valid greedy trajectory of the exact (float64) algorithm up to near-ties.
 
 NumPy is used as a user would: f16 input converted to float32 first, rows
 normalised, s = X @ X[p], then argmin / update / mask per step. Both sides
@@ -27,103 +27,43 @@ import time
 
 import numpy as np
 
-# ---- libtodre through ctypes (public ABI only) -----------------------------
-
-DT_F32, DT_F16, DT_BF16, DT_I64 = 0, 1, 2, 4
-OBJECTIVES = {"max-sum": 0, "max-min": 1, "cls-topk": 2}
-PIVOTS = {"auto": 0, "cls": 1, "center": 2, "farthest": 3, "random": 4, "isolated": 5}
-SEL_OBJECTIVE, SEL_PIVOT, SEL_LO, SEL_HI, SEL_KEEP, SEL_SEED, SEL_ORDER = range(7)
-CTX_WS_LIMIT, CTX_STRATEGY, CTX_THREADS = 0, 1, 2
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = {"auto": 0, "gemv": 1, "gram": 2, "rows": 3}
-ORDER_BOTH = 2
 
 
-class TodreError(RuntimeError):
-    def __init__(self, status, msg):
-        super().__init__(f"status {status}: {msg}")
-        self.status = status
-        self.msg = msg
-
-
-def find_lib(path=None):
+def import_todre(path=None):
+    """The todre package of this source tree on libtodre at `path`, else
+    $TODRE_LIBRARY, else the newest build*/libtodre.so.1 of the tree."""
     if path:
-        return path
-    here = os.path.dirname(os.path.abspath(__file__))
-    hits = sorted(glob.glob(os.path.join(here, "..", "build*", "libtodre.so")),
-                  key=os.path.getmtime, reverse=True)
-    if not hits:
-        sys.exit("libtodre.so not found: build first or pass --lib")
-    return hits[0]
+        os.environ["TODRE_LIBRARY"] = path
+    elif not os.environ.get("TODRE_LIBRARY"):
+        hits = sorted(glob.glob(os.path.join(ROOT, "build*", "libtodre.so.1")),
+                      key=os.path.getmtime, reverse=True)
+        if not hits:
+            sys.exit("libtodre.so.1 not found: build first, or pass --lib / set TODRE_LIBRARY")
+        os.environ["TODRE_LIBRARY"] = hits[0]
+    sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "src"))
+    import todre
+    return todre
 
 
 class Todre:
-    """A CPU context and a selection configuration."""
+    """A CPU context of the todre package (one workspace, reused)."""
 
-    def __init__(self, lib_path=None):
-        self.lib = L = C.CDLL(find_lib(lib_path))
-        vp, i64 = C.c_void_p, C.c_int64
-        L.todre_context_create.argtypes = [C.c_int, C.c_int, C.POINTER(vp)]
-        L.todre_context_destroy.argtypes = [vp]
-        L.todre_context_last_error.argtypes = [vp]
-        L.todre_context_last_error.restype = C.c_char_p
-        L.todre_context_set_param.argtypes = [vp, C.c_int, i64]
-        L.todre_tensor_create.argtypes = [vp, C.c_int, C.c_int, C.c_int, C.c_int,
-                                          C.POINTER(i64), C.POINTER(i64), C.POINTER(vp)]
-        L.todre_tensor_destroy.argtypes = [vp]
-        L.todre_select_config_create.argtypes = [C.POINTER(vp)]
-        L.todre_select_config_destroy.argtypes = [vp]
-        L.todre_select_config_set.argtypes = [vp, C.c_int, i64]
-        L.todre_select.argtypes = [vp, vp, vp, vp, vp]
-        L.todre_select_batch.argtypes = [vp, vp, vp, vp, vp, vp, vp, vp]
-        L.todre_last_error.restype = C.c_char_p
-        self.ctx, self.cfg = vp(), vp()
-        self._check(L.todre_context_create(1, 0, C.byref(self.ctx)))
-        self._check(L.todre_select_config_create(C.byref(self.cfg)))
+    def __init__(self, lib_path=None, strategy="auto", threads=0):
+        self.todre = import_todre(lib_path)
+        self.ctx = self.todre.Context("cpu", select_strategy=STRATEGIES[strategy],
+                                      num_threads=threads)
 
-    def _check(self, st):
-        if st != 0:
-            msg = self.lib.todre_last_error().decode()
-            raise TodreError(st, msg)
-
-    def set_param(self, param, value):
-        self._check(self.lib.todre_context_set_param(self.ctx, param, int(value)))
-
-    def tensor(self, arr, dtype=None):
-        if dtype is None:
-            dtype = {np.dtype(np.float32): DT_F32, np.dtype(np.float16): DT_F16,
-                     np.dtype(np.int64): DT_I64}[arr.dtype]
-        shape = (C.c_int64 * arr.ndim)(*arr.shape)
-        strides = (C.c_int64 * arr.ndim)(*[s // arr.itemsize for s in arr.strides])
-        t = C.c_void_p()
-        self._check(self.lib.todre_tensor_create(C.c_void_p(arr.ctypes.data), dtype, 0, 0,
-                                                 arr.ndim, shape, strides, C.byref(t)))
-        return t
-
-    def configure(self, k, objective="max-sum", pivot="auto", lo=0, hi=-1, seed=0):
-        for p, v in ((SEL_OBJECTIVE, OBJECTIVES[objective]), (SEL_PIVOT, PIVOTS[pivot]),
-                     (SEL_HI, -1), (SEL_LO, lo), (SEL_HI, hi), (SEL_KEEP, k),
-                     (SEL_SEED, seed), (SEL_ORDER, ORDER_BOTH)):
-            self._check(self.lib.todre_select_config_set(self.cfg, p, int(v)))
-
-    def select(self, E, k, cls=None, emb_dtype=None, cls_dtype=None, **cfg):
-        """(selection order, position order). E may be a strided view; a
-        uint16 array with emb_dtype=DT_BF16 is bfloat16."""
-        self.configure(k, **cfg)
-        out = np.empty((2, k), np.int64)
-        te = self.tensor(E, emb_dtype)
-        tc = self.tensor(cls, cls_dtype) if cls is not None else None
-        to = self.tensor(out)
-        try:
-            self._check(self.lib.todre_select(self.ctx, self.cfg, te, tc, to))
-        finally:
-            for t in (te, tc, to):
-                if t is not None:
-                    self.lib.todre_tensor_destroy(t)
+    def select(self, E, k, cls=None, pivot="cls"):
+        """(selection order, position order) of k tokens of E (NumPy f16/f32, or a
+        torch bf16 tensor)."""
+        out = self.ctx.select(E, keep=k, cls=cls, pivot=pivot, order="both")
+        out = out.numpy() if hasattr(out, "numpy") else out
         return out[0].copy(), out[1].copy()
 
     def close(self):
-        self.lib.todre_select_config_destroy(self.cfg)
-        self.lib.todre_context_destroy(self.ctx)
+        self.ctx.close()
 
 
 # ---- NumPy Algorithm 1 (as a user would write it) --------------------------
@@ -207,16 +147,15 @@ def main():
     ap.add_argument("--n", type=int, default=2880)
     ap.add_argument("--d", type=int, default=4096)
     ap.add_argument("--k", type=int, nargs="+", default=[288, 720])
-    ap.add_argument("--dtypes", nargs="+", default=["f16", "f32"])
+    ap.add_argument("--dtypes", nargs="+", default=["f16", "f32"],
+                    choices=["f16", "f32", "bf16"], help="bf16 needs PyTorch")
     ap.add_argument("--strategy", default="auto", choices=list(STRATEGIES))
     ap.add_argument("--data", default="clustered", choices=["clustered", "gaussian"])
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for both sides (0 = all; NumPy via its OpenBLAS)")
     args = ap.parse_args()
 
-    td = Todre(args.lib)
-    td.set_param(CTX_STRATEGY, STRATEGIES[args.strategy])
-    td.set_param(CTX_THREADS, args.threads)
+    td = Todre(args.lib, args.strategy, args.threads)
     if args.threads and not numpy_blas_threads(args.threads):
         print("note: could not set NumPy's BLAS thread count")
     rng = np.random.default_rng(1234)
@@ -231,7 +170,8 @@ def main():
                + 0.8 * rng.standard_normal(d).astype(np.float32))
     cls = rng.random(n).astype(np.float32)
 
-    print(f"machine: {describe_machine()}")
+    print(f"machine: {describe_machine()}; libtodre {td.todre.version()} "
+          f"({td.todre.library_path})")
     print(f"n = {n}, d = {d}, data = {args.data}, reps = {args.reps}, strategy = {args.strategy}, "
           f"threads = {args.threads or os.cpu_count()}, medians (min) in ms")
     hdr = f"{'dtype':>5} {'k':>5} | {'numpy':>15} | {'libtodre':>15} | {'speed-up':>8} | selection"
@@ -239,9 +179,14 @@ def main():
     print("-" * len(hdr))
     for dt in args.dtypes:
         V = V32.astype(np.float16) if dt == "f16" else V32
+        Vin = V
+        if dt == "bf16":
+            import torch
+            Vin = torch.from_numpy(V32).to(torch.bfloat16)
+            V = Vin.float().numpy()   # NumPy (and the check) see the rounded values
         for k in args.k:
             t_np, m_np, ref = timed(lambda: numpy_alg1(V, cls, k), args.reps)
-            t_td, m_td, (sel, _) = timed(lambda: td.select(V, k, cls, pivot="cls"), args.reps)
+            t_td, m_td, (sel, _) = timed(lambda: td.select(Vin, k, cls, pivot="cls"), args.reps)
             if np.array_equal(sel, ref):
                 verdict = "identical to NumPy"
             else:

@@ -8,12 +8,16 @@
 #   pkg-config             finds OpenBLAS and CMocka; tests the installed todre.pc
 #   libopenblas-dev        the CPU backend's BLAS (cblas_sgemm / sgemv)
 #   libcmocka-dev          the C unit tests
+#   clang                  the second compiler every build is tested with
+#   abi-dumper, abi-compliance-checker
+#                          the ABI check against tests/abi/baseline (abi.compliance)
 #   python3, python3-pip   NumPy float64 references, pytest, the Python package
 #   numpy, pytest, and bindings/python/requirements-test.txt (its own reasons)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-APT_PACKAGES=(cmake gcc g++ make pkg-config libopenblas-dev libcmocka-dev python3 python3-pip)
+APT_PACKAGES=(cmake gcc g++ clang make pkg-config libopenblas-dev libcmocka-dev abi-dumper
+              abi-compliance-checker python3 python3-pip)
 PIP_PACKAGES=(numpy pytest)
 PIP_REQUIREMENTS=bindings/python/requirements-test.txt
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Every test of libtodre, as CI runs it (.ci/run):
 #   1. Release build in build/, ctest
-#   2. ASan + UBSan build in build-asan/ (CPU only), ctest
-#   3. the Python package as users install it (pip install ./bindings/python):
+#   2. clang build in build-clang/ (CPU only), ctest: every path builds and
+#      passes with both compilers
+#   3. ASan + UBSan build in build-asan/ (CPU only), ctest
+#   4. the Python package as users install it (pip install ./bindings/python):
 #      an import check from outside the tree when ctest already runs its
 #      pytest suite (tests/python.cmake), else that suite
 # Ends with one line "N passed, N failed, N skipped" over all of them and exits
@@ -85,7 +87,12 @@ PY
 # 1. Release
 build_and_ctest build Release -DCMAKE_BUILD_TYPE=Release
 
-# 2. Sanitizers. The float64 reference fixtures are shared with the Release
+# 2. clang. The reference fixtures are shared with the Release build.
+build_and_ctest build-clang "clang" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang \
+  -DCMAKE_CXX_COMPILER=clang++ -DTODRE_CUDA=OFF -DTODRE_BUILD_BENCH=OFF -DTODRE_BUILD_DOCS=OFF \
+  -DTODRE_TEST_DATA="$PWD/build/tests/data"
+
+# 3. Sanitizers. The float64 reference fixtures are shared with the Release
 # build (the generators skip work whose stamp matches). No LSan suppressions are needed: OpenBLAS's and libgomp's
 # per-thread buffers stay reachable from their globals, which LSan accepts.
 export ASAN_OPTIONS=detect_leaks=1
@@ -96,14 +103,14 @@ build_and_ctest build-asan "ASan+UBSan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTODRE_TEST_DATA="$PWD/build/tests/data"
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
-# 3. Python package. ctest runs its pytest suite from the source tree when
+# 4. Python package. ctest runs its pytest suite from the source tree when
 # tests/python.cmake registers it; what remains to check here is the package
 # as users install it (pip install ./bindings/python), imported from outside
 # the tree. Without that registration, pytest runs here.
-if [ -d bindings/python ] && [ -f build/libtodre.so.0 ]; then
+if [ -d bindings/python ] && [ -f build/libtodre.so.1 ]; then
   t0=$SECONDS
   note "Python: pip install ./bindings/python"
-  export TODRE_LIBRARY=$root/build/libtodre.so.0
+  export TODRE_LIBRARY=$root/build/libtodre.so.1
   if ! bash scripts/deps.sh --pip ./bindings/python; then
     note "Python: pip install FAILED"
     failed=$((failed + 1))

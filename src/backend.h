@@ -8,11 +8,17 @@
  * The only input property a backend checks is finiteness of the data, since
  * only the backend can read device memory cheaply.
  *
- * The CPU backend is linked into libtodre; the CUDA backend is a separate
- * module (libtodre-cuda.so) that the core dlopen()s and that exports the two
- * entry points declared at the end of this file. A module cannot call the
- * core's (hidden) functions, so everything a backend needs is in this file:
- * plain structs, enums from the public header, and a message buffer.
+ * The core decides, backends execute: everything that does not depend on
+ * reading the data (the RANDOM pivot, the pivot range, the stage-1 strategy
+ * and its memory budget per set, from the backend's declared capabilities)
+ * is resolved once in the core (src/select.c, src/select_plan.c) and
+ * written into the job.
+ *
+ * The CPU backend is linked into libtodre; other backends are modules
+ * (libtodre-<name>.so) that the core's registry (src/loader.c) dlopen()s and
+ * that export the one entry point declared at the end of this file. A module
+ * cannot call the core's (hidden) functions, so everything a backend needs
+ * is in this file and dtype.h: plain structs, enums, and a message buffer.
  */
 #ifndef TODRE_SRC_BACKEND_H
 #define TODRE_SRC_BACKEND_H
@@ -23,6 +29,7 @@
 #include <stdio.h>
 
 #include "todre/todre.h"
+#include "dtype.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,7 +37,7 @@ extern "C" {
 
 /* Bumped on any change to the structs or the table below; the loader refuses
  * a module built against another value. */
-#define TODRE_BACKEND_ABI_VERSION 1u
+#define TODRE_BACKEND_ABI_VERSION 2u
 
 /* Where a backend writes the detail text of a failure (NUL-terminated,
  * truncated to cap). The core copies it into the context's message. */
@@ -56,22 +63,55 @@ static inline todre_status todre_diag_set(struct todre_diag *diag, todre_status 
     return st;
 }
 
-/* Context parameters the backend honours; the core writes them (validated)
- * into todre_backend.params, the backend reads them at each call. */
+/* Stage-1 strategies. AUTO exists only as the requested value (the
+ * experimental context parameter); a job's plan never holds it. */
 enum todre_select_strategy {
     TODRE_STRATEGY_AUTO = 0,
-    TODRE_STRATEGY_GEMV = 1,
-    TODRE_STRATEGY_GRAM = 2,
-    TODRE_STRATEGY_ROWS = 3 /* speculative Gram rows; GRAM where unsupported */
+    TODRE_STRATEGY_GEMV = 1, /* one matrix-vector product over the set per step */
+    TODRE_STRATEGY_GRAM = 2, /* the set's Gram matrix up front */
+    TODRE_STRATEGY_ROWS = 3  /* speculative Gram rows in a bounded store */
 };
 
+/* Context parameters the backend honours; the core writes them (validated)
+ * into todre_backend.params, the backend reads them at each call. */
 struct todre_backend_params {
     int64_t workspace_limit; /* bytes a strategy may use beyond O(n*d) */
-    int64_t strategy;        /* enum todre_select_strategy */
-    int64_t num_threads;     /* 0 = all */
+    int64_t strategy;        /* requested enum todre_select_strategy (experimental) */
+    int64_t num_threads;     /* 0 = all; bounds the backend's own threads only */
+};
+
+/* What a backend instance can do and how fast, declared once at creation;
+ * the core's planner (src/select_plan.c) reads it to choose each set's
+ * strategy. Rates are per thread-independent unit: only ratios matter;
+ * a rate <= 0 means "not measured": that strategy costs infinity for AUTO. */
+struct todre_backend_caps {
+    uint32_t strategies;        /* bitmask of 1u << TODRE_STRATEGY_GEMV/GRAM/ROWS */
+    int64_t gram_max_n;         /* largest n a GRAM plan may have (device limits); 0 = any */
+    double gemv_bytes_per_ns;   /* GEMV: rows streamed */
+    double gram_fma_per_ns;     /* GRAM from f32 (BLAS / tensor cores) */
+    /* GRAM from f16/bf16 on a unit that multiplies bf16 pairs exactly (AMX):
+     * f16 costs 4 products per pair (hi/lo split); 0 = no such unit. */
+    double gram_fast_fma_per_ns;
+    double pack_bytes_per_ns;   /* conversion / packing before a GRAM */
+    /* ROWS: rows made per batch (32 on AMX), also the fast unit's padding of
+     * n. ROWS needs the fast unit and a 16-bit dtype. */
+    int64_t rows_batch;
+    int64_t rows_row_bytes_per_n; /* ROWS: bytes of store per stored row, per token (4) */
+};
+
+/* The core's resolved choice for one token set. */
+struct todre_select_plan {
+    int32_t strategy;   /* GEMV, GRAM or ROWS, supported by the backend */
+    int32_t reserved;
+    int64_t store_rows; /* ROWS: rows the store holds (>= rows_batch); else 0 */
 };
 
 /* ---- stage 1 ----------------------------------------------------------- */
+
+/* A pivot given by row: what the core turns TODRE_PIVOT_RANDOM into. Not a
+ * todre_pivot value (in C++ an enum holds only its enumerators' bit range),
+ * so the job stores the pivot as a plain int. */
+#define TODRE_PIVOT_FIXED 100
 
 /* One selection call over nseg token sets (nseg = 1 for todre_select). Every
  * pointer is valid and every value in range; host pointers are marked. */
@@ -102,8 +142,15 @@ struct todre_select_job {
     const int64_t *out_offsets;
 
     todre_objective objective;
-    /* Resolved pivot: never AUTO. For CLS_TOPK unused. CLS implies cls != NULL. */
-    todre_pivot pivot;
+    /* Resolved pivot: a todre_pivot value, never AUTO nor RANDOM, or
+     * TODRE_PIVOT_FIXED (the core drew it: see seg_pivot). For CLS_TOPK
+     * unused. CLS implies cls != NULL. */
+    int32_t pivot;
+    /* Host [nseg]: under TODRE_PIVOT_FIXED, set b's pivot row (local);
+     * otherwise NULL. */
+    const int64_t *seg_pivot;
+    /* Host [nseg]: the strategy of each set, chosen by the core. */
+    const struct todre_select_plan *seg_plan;
     /* Pivot range relative to each set: [pivot_lo, pivot_hi or n_b). The core
      * has checked 0 <= lo < hi_b <= n_b for every set. */
     int64_t pivot_lo;
@@ -177,6 +224,18 @@ struct todre_backend_ops {
                                struct todre_diag *diag);
     /* Optional: NULL = no-op (synchronous backend). */
     todre_status (*synchronize)(struct todre_backend *be, struct todre_diag *diag);
+    /* Memory of the backend's device, for todre_context_alloc/free/copy.
+     * alloc: >= 256-byte aligned, bytes > 0. free: after the queued work.
+     * copy: `bytes` bytes; dst_dev / src_dev say whether each pointer is on
+     * the device (1) or host memory (0); ordered after the queued work, and
+     * complete on return. Required. */
+    todre_status (*mem_alloc)(struct todre_backend *be, size_t bytes, void **ptr,
+                              struct todre_diag *diag);
+    todre_status (*mem_free)(struct todre_backend *be, void *ptr, struct todre_diag *diag);
+    todre_status (*mem_copy)(struct todre_backend *be, void *dst, int dst_dev, const void *src,
+                             int src_dev, size_t bytes, struct todre_diag *diag);
+    /* Optional: drop cached workspace (todre_context_reset STATE). */
+    void (*trim)(struct todre_backend *be);
     /* Required. Frees the instance and its workspace. */
     void (*destroy)(struct todre_backend *be);
 };
@@ -184,27 +243,52 @@ struct todre_backend_ops {
 /* Every backend instance starts with this header (its own state follows). */
 struct todre_backend {
     const struct todre_backend_ops *ops;
-    todre_device_type device_type; /* where its tensors must live */
+    todre_device_type device_type; /* where its arrays must live */
     int device;                    /* device ordinal (0 for host) */
     struct todre_backend_params params;
+    struct todre_backend_caps caps; /* filled by the backend at creation */
+};
+
+/* ---- registration ---------------------------------------------------------- */
+
+/* What a device is, as a backend reports it (the core copies it into the
+ * public todre_device_props). */
+struct todre_backend_device_props {
+    char name[256];
+    char arch[64];
+    int64_t total_memory;
+    int32_t compute_major, compute_minor;
+    int32_t cores;
+};
+
+/* A backend as the registry knows it: the CPU backend's is built in, a
+ * module returns its own from its register entry point. Every function is
+ * thread-safe. device_count and device_props must not create heavy state
+ * (no library handles, no device memory, no streams): they answer the
+ * availability and enumeration queries. */
+struct todre_backend_reg {
+    uint32_t abi_version;   /* TODRE_BACKEND_ABI_VERSION */
+    const char *name;       /* "cpu", "cuda": [a-z0-9_]+, unique */
+    int32_t dl_device_type; /* DLDeviceType of its arrays (kDLCPU, kDLCUDA) */
+    /* Usable devices; 0 with the reason in diag when none (no driver, ...). */
+    todre_status (*device_count)(int *count, struct todre_diag *diag);
+    todre_status (*device_props)(int device, struct todre_backend_device_props *props,
+                                 struct todre_diag *diag);
+    /* Create an instance on @p device (0 <= device < count). */
+    todre_status (*create)(int device, struct todre_backend **out, struct todre_diag *diag);
 };
 
 /* ---- the CPU backend (linked in) ---------------------------------------- */
 
-todre_status todre_cpu_backend_create(struct todre_backend **out, struct todre_diag *diag);
+extern const struct todre_backend_reg todre_cpu_backend_reg;
 
-/* ---- module entry points (exported by a dlopen'ed backend module) --------- */
+/* ---- modules ------------------------------------------------------------- */
 
-/* Tell whether the module can run here (driver, device count). Returns
- * TODRE_OK or TODRE_ERR_BACKEND_UNAVAILABLE with the reason in diag. */
-typedef todre_status (*todre_module_probe_fn)(uint32_t abi_version, struct todre_diag *diag);
-#define TODRE_MODULE_PROBE_SYMBOL "todre_backend_module_probe"
-
-/* Create an instance on device @p device. */
-typedef todre_status (*todre_module_init_fn)(uint32_t abi_version, int device,
-                                             struct todre_backend **out,
-                                             struct todre_diag *diag);
-#define TODRE_MODULE_INIT_SYMBOL "todre_backend_module_init"
+/* The one symbol a backend module exports. Returns its registration, or
+ * NULL with a reason in diag when built against another abi_version. */
+typedef const struct todre_backend_reg *(*todre_module_register_fn)(uint32_t abi_version,
+                                                                    struct todre_diag *diag);
+#define TODRE_MODULE_REGISTER_SYMBOL "todre_backend_module_register"
 
 #ifdef __cplusplus
 }

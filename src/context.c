@@ -1,63 +1,39 @@
-/* Contexts: backend choice, parameters, stream, host scratch. */
+/* Contexts: backend instance from the registry, parameters, stream, memory,
+ * host scratch. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core.h"
 
-#define DEFAULT_WORKSPACE_LIMIT ((int64_t)256 << 20)
+#define DIAG(name) \
+    char name##_buf[TODRE_MSG_CAP] = ""; \
+    struct todre_diag name = {name##_buf, sizeof name##_buf}
 
-static todre_status create_backend(todre_backend_kind kind, int device, struct todre_backend **be,
-                                   void **handle)
-{
-    char msg[TODRE_MSG_CAP] = "";
-    struct todre_diag diag = {msg, sizeof msg};
-    todre_status st;
-    *handle = NULL;
-    if (kind == TODRE_BACKEND_CPU) {
-        st = todre_cpu_backend_create(be, &diag);
-        if (st != TODRE_OK) return todre_fail_diag(NULL, st, "CPU backend", msg);
-        return TODRE_OK;
-    }
-    st = todre_module_backend_create(kind, device, be, handle, msg, sizeof msg);
-    if (st != TODRE_OK) return todre_fail_diag(NULL, st, "CUDA backend", msg);
-    return TODRE_OK;
-}
-
-todre_status todre_context_create(todre_backend_kind kind, int device, todre_context **out)
+todre_status todre_context_create(const char *backend, int device, todre_context **out)
 {
     todre_clear_error(NULL);
     if (!out) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
-    *out = NULL;
-    if (kind != TODRE_BACKEND_AUTO && kind != TODRE_BACKEND_CPU && kind != TODRE_BACKEND_CUDA)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "kind: unknown backend kind %d", (int)kind);
-    if (device < 0)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "device: %d is negative", device);
+    const struct todre_registry_entry *e;
+    int dev;
+    todre_status st = todre_registry_resolve(backend, device, &e, &dev);
+    if (st != TODRE_OK) return st;
 
     struct todre_context *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "context: out of memory");
-
-    todre_status st;
-    if (kind == TODRE_BACKEND_AUTO) {
-        /* AUTO: CUDA when it can run, otherwise CPU without an error. */
-        st = create_backend(TODRE_BACKEND_CUDA, device, &ctx->be, &ctx->module_handle);
-        ctx->kind = TODRE_BACKEND_CUDA;
-        if (st != TODRE_OK) {
-            todre_clear_error(NULL);
-            st = create_backend(TODRE_BACKEND_CPU, 0, &ctx->be, &ctx->module_handle);
-            ctx->kind = TODRE_BACKEND_CPU;
-        }
-    } else {
-        st = create_backend(kind, kind == TODRE_BACKEND_CPU ? 0 : device, &ctx->be,
-                            &ctx->module_handle);
-        ctx->kind = kind;
-    }
-    if (st != TODRE_OK) {
+    DIAG(diag);
+    st = e->reg->create(dev, &ctx->be, &diag);
+    if (st != TODRE_OK || !ctx->be) {
         free(ctx);
-        return st;
+        if (st == TODRE_OK) st = TODRE_ERR_INTERNAL;
+        /* A bad device ordinal stays an argument error and memory stays
+         * memory; anything else means the backend cannot run here. */
+        if (st != TODRE_ERR_OUT_OF_MEMORY && st != TODRE_ERR_INVALID_ARGUMENT)
+            st = TODRE_ERR_BACKEND_UNAVAILABLE;
+        return todre_fail(NULL, st, "backend: %s device %d: %s", e->name, dev,
+                          diag_buf[0] ? diag_buf : todre_status_string(st));
     }
-    ctx->be->params.workspace_limit = DEFAULT_WORKSPACE_LIMIT;
-    ctx->be->params.strategy = TODRE_STRATEGY_AUTO;
-    ctx->be->params.num_threads = 0;
+    ctx->entry = e;
+    todre_param_defaults(TODRE_OWNER_CONTEXT, &ctx->be->params);
     *out = ctx;
     return TODRE_OK;
 }
@@ -67,71 +43,77 @@ void todre_context_destroy(todre_context *ctx)
     if (!ctx) return;
     if (ctx->be) {
         if (ctx->be->ops->synchronize) {
-            char msg[TODRE_MSG_CAP];
-            struct todre_diag diag = {msg, sizeof msg};
+            DIAG(diag);
             (void)ctx->be->ops->synchronize(ctx->be, &diag);
         }
         ctx->be->ops->destroy(ctx->be);
     }
-    todre_module_release(ctx->module_handle);
-    free(ctx->i64_scratch);
-    free(ctx->f64_scratch);
+    todre_ctx_trim(ctx);
     free(ctx);
 }
 
-todre_status todre_context_backend(const todre_context *ctx, todre_backend_kind *out)
+const char *todre_context_backend(const todre_context *ctx)
 {
-    todre_clear_error(NULL);
-    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
-    if (!out) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
-    *out = ctx->kind;
-    return TODRE_OK;
+    return ctx ? ctx->entry->name : "";
 }
 
-todre_status todre_context_set_param(todre_context *ctx, todre_context_param param, int64_t value)
+todre_status todre_context_device(const todre_context *ctx, DLDevice *device)
 {
     todre_clear_error(ctx);
     if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
-    struct todre_backend_params *p = &ctx->be->params;
-    switch (param) {
-    case TODRE_CONTEXT_WORKSPACE_LIMIT:
-        if (value < 0)
-            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                              "value: workspace limit %lld is negative", (long long)value);
-        p->workspace_limit = value;
-        return TODRE_OK;
-    case TODRE_CONTEXT_SELECT_STRATEGY:
-        if (value < TODRE_STRATEGY_AUTO || value > TODRE_STRATEGY_ROWS)
-            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                              "value: select strategy %lld is outside [0, 3]", (long long)value);
-        p->strategy = value;
-        return TODRE_OK;
-    case TODRE_CONTEXT_NUM_THREADS:
-        if (value < 0 || value > 4096)
-            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                              "value: thread count %lld is outside [0, 4096]", (long long)value);
-        p->num_threads = value;
-        return TODRE_OK;
-    }
-    return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "param: unknown context parameter %d",
-                      (int)param);
+    if (!device) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "device: NULL");
+    device->device_type = (DLDeviceType)ctx->entry->dl_device_type;
+    device->device_id = ctx->be->device;
+    return TODRE_OK;
 }
 
-todre_status todre_context_get_param(const todre_context *ctx, todre_context_param param,
-                                     int64_t *value)
+/* ---- parameters ------------------------------------------------------------ */
+
+todre_status todre_context_set_int(todre_context *ctx, todre_param param, int64_t value)
 {
-    todre_clear_error(NULL);
+    todre_clear_error(ctx);
     if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
-    if (!value) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "value: NULL");
-    const struct todre_backend_params *p = &ctx->be->params;
-    switch (param) {
-    case TODRE_CONTEXT_WORKSPACE_LIMIT: *value = p->workspace_limit; return TODRE_OK;
-    case TODRE_CONTEXT_SELECT_STRATEGY: *value = p->strategy; return TODRE_OK;
-    case TODRE_CONTEXT_NUM_THREADS: *value = p->num_threads; return TODRE_OK;
-    }
-    return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "param: unknown context parameter %d",
-                      (int)param);
+    return todre_param_set_int(ctx, TODRE_OWNER_CONTEXT, &ctx->be->params, param, value);
 }
+
+todre_status todre_context_get_int(const todre_context *ctx, todre_param param, int64_t *value)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    return todre_param_get_int(ctx, TODRE_OWNER_CONTEXT, &ctx->be->params, param, value);
+}
+
+todre_status todre_context_set_double(todre_context *ctx, todre_param param, double value)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    return todre_param_set_double(ctx, TODRE_OWNER_CONTEXT, &ctx->be->params, param, value);
+}
+
+todre_status todre_context_get_double(const todre_context *ctx, todre_param param, double *value)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    return todre_param_get_double(ctx, TODRE_OWNER_CONTEXT, &ctx->be->params, param, value);
+}
+
+todre_status todre_context_reset(todre_context *ctx, todre_reset what)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    if (what != TODRE_RESET_STATE && what != TODRE_RESET_PARAMS && what != TODRE_RESET_ALL)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "what: %d is not a todre_reset value (1 STATE, 2 PARAMS, 3 ALL)",
+                          (int)what);
+    if (what & TODRE_RESET_STATE) {
+        if (ctx->be->ops->trim) ctx->be->ops->trim(ctx->be);
+        todre_ctx_trim(ctx);
+    }
+    if (what & TODRE_RESET_PARAMS) todre_param_defaults(TODRE_OWNER_CONTEXT, &ctx->be->params);
+    return TODRE_OK;
+}
+
+/* ---- stream -------------------------------------------------------------- */
 
 todre_status todre_context_set_stream(todre_context *ctx, void *stream)
 {
@@ -141,13 +123,12 @@ todre_status todre_context_set_stream(todre_context *ctx, void *stream)
         if (stream)
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                               "stream: the %s backend has no streams; pass NULL",
-                              ctx->be->ops->name);
+                              ctx->entry->name);
         return TODRE_OK;
     }
-    char msg[TODRE_MSG_CAP] = "";
-    struct todre_diag diag = {msg, sizeof msg};
+    DIAG(diag);
     todre_status st = ctx->be->ops->set_stream(ctx->be, stream, &diag);
-    return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "stream", msg);
+    return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "stream", diag_buf);
 }
 
 todre_status todre_context_synchronize(todre_context *ctx)
@@ -155,45 +136,75 @@ todre_status todre_context_synchronize(todre_context *ctx)
     todre_clear_error(ctx);
     if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
     if (!ctx->be->ops->synchronize) return TODRE_OK;
-    char msg[TODRE_MSG_CAP] = "";
-    struct todre_diag diag = {msg, sizeof msg};
+    DIAG(diag);
     todre_status st = ctx->be->ops->synchronize(ctx->be, &diag);
-    return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "synchronize", msg);
+    return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "synchronize", diag_buf);
 }
 
-todre_status todre_backend_available(todre_backend_kind kind, int *available)
+/* ---- memory ------------------------------------------------------------- */
+
+todre_status todre_context_alloc(todre_context *ctx, size_t bytes, void **ptr)
 {
-    todre_clear_error(NULL);
-    if (!available) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "available: NULL");
-    *available = 0;
-    switch (kind) {
-    case TODRE_BACKEND_AUTO:
-    case TODRE_BACKEND_CPU:
-        *available = 1;
-        return TODRE_OK;
-    case TODRE_BACKEND_CUDA: {
-        /* Creating and releasing an instance is the honest answer: it runs
-         * the module's probe and the device initialisation. */
-        struct todre_backend *be = NULL;
-        void *handle = NULL;
-        char msg[TODRE_MSG_CAP] = "";
-        todre_status st = todre_module_backend_create(kind, 0, &be, &handle, msg, sizeof msg);
-        if (st == TODRE_OK) {
-            be->ops->destroy(be);
-            todre_module_release(handle);
-            *available = 1;
-        } else {
-            todre_fail_diag(NULL, st, "CUDA backend", msg);
-        }
-        return TODRE_OK;
-    }
-    }
-    return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "kind: unknown backend kind %d", (int)kind);
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    if (!ptr) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "ptr: NULL");
+    if (bytes == 0) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "bytes: 0, must be > 0");
+    if (bytes > (size_t)INT64_MAX)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "bytes: %zu is above INT64_MAX", bytes);
+    DIAG(diag);
+    void *p = NULL;
+    todre_status st = ctx->be->ops->mem_alloc(ctx->be, bytes, &p, &diag);
+    if (st != TODRE_OK) return todre_fail_diag(ctx, st, "alloc", diag_buf);
+    *ptr = p;
+    return TODRE_OK;
 }
+
+todre_status todre_context_free(todre_context *ctx, void *ptr)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    if (!ptr) return TODRE_OK;
+    DIAG(diag);
+    todre_status st = ctx->be->ops->mem_free(ctx->be, ptr, &diag);
+    return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "free", diag_buf);
+}
+
+todre_status todre_context_copy(todre_context *ctx, const DLTensor *dst, const DLTensor *src)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    const unsigned any = (1u << TODRE_DTYPE_COUNT) - 1;
+    struct todre_array d, s;
+    todre_status st = todre_array_map(ctx, dst, "dst", any, TODRE_WHERE_ANY, &d);
+    if (st != TODRE_OK) return st;
+    if ((st = todre_array_map(ctx, src, "src", any, TODRE_WHERE_ANY, &s)) != TODRE_OK) return st;
+    if (d.dtype != s.dtype)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "dst: dtype %s differs from src's %s",
+                          todre_dtype_name(d.dtype), todre_dtype_name(s.dtype));
+    int same = d.rank == s.rank;
+    for (int i = 0; same && i < d.rank; i++) same = d.shape[i] == s.shape[i];
+    if (!same)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "dst: shape differs from src's (ndim %d and %d)", d.rank, s.rank);
+    if (!todre_array_is_compact(&d))
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "dst: must be compact (row-major)");
+    if (!todre_array_is_compact(&s))
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "src: must be compact (row-major)");
+    if (d.count == 0) return TODRE_OK;
+    /* cannot overflow: todre_array_map checked the byte span */
+    size_t bytes = (size_t)d.count * todre_dtype_size(d.dtype);
+    int dst_dev = d.device != TODRE_DEVICE_HOST, src_dev = s.device != TODRE_DEVICE_HOST;
+    DIAG(diag);
+    st = ctx->be->ops->mem_copy(ctx->be, d.data, dst_dev, s.data, src_dev, bytes, &diag);
+    return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "copy", diag_buf);
+}
+
+/* ---- host scratch -------------------------------------------------------- */
 
 int64_t *todre_ctx_i64(struct todre_context *ctx, size_t n)
 {
     if (n > ctx->i64_scratch_len) {
+        if (n > SIZE_MAX / sizeof(int64_t)) return NULL;
         int64_t *p = realloc(ctx->i64_scratch, n * sizeof *p);
         if (!p) return NULL;
         ctx->i64_scratch = p;
@@ -202,13 +213,24 @@ int64_t *todre_ctx_i64(struct todre_context *ctx, size_t n)
     return ctx->i64_scratch;
 }
 
-double *todre_ctx_f64(struct todre_context *ctx, size_t n)
+struct todre_select_plan *todre_ctx_plans(struct todre_context *ctx, size_t n)
 {
-    if (n > ctx->f64_scratch_len) {
-        double *p = realloc(ctx->f64_scratch, n * sizeof *p);
+    if (n > ctx->plan_scratch_len) {
+        if (n > SIZE_MAX / sizeof(struct todre_select_plan)) return NULL;
+        struct todre_select_plan *p = realloc(ctx->plan_scratch, n * sizeof *p);
         if (!p) return NULL;
-        ctx->f64_scratch = p;
-        ctx->f64_scratch_len = n;
+        ctx->plan_scratch = p;
+        ctx->plan_scratch_len = n;
     }
-    return ctx->f64_scratch;
+    return ctx->plan_scratch;
+}
+
+void todre_ctx_trim(struct todre_context *ctx)
+{
+    free(ctx->i64_scratch);
+    ctx->i64_scratch = NULL;
+    ctx->i64_scratch_len = 0;
+    free(ctx->plan_scratch);
+    ctx->plan_scratch = NULL;
+    ctx->plan_scratch_len = 0;
 }

@@ -1,4 +1,5 @@
-/* Status names, error messages (per context and thread-local), versions. */
+/* Status names, error messages (per context and thread-local), versions,
+ * and the struct_size rule of the public structs the library fills. */
 #include <stdio.h>
 #include <string.h>
 
@@ -33,13 +34,22 @@ const char *todre_context_last_error(const todre_context *ctx)
     return ctx ? ctx->msg : "";
 }
 
-static void set_message(struct todre_context *ctx, const char *text)
+/* A context's message is part of the handle's mutable state even in calls
+ * that take it as const (its getters): contexts are only ever created by
+ * todre_context_create(), so the object itself is never const. */
+static char *ctx_msg(const struct todre_context *ctx)
 {
-    snprintf(tls_msg, sizeof tls_msg, "%s", text);
-    if (ctx) snprintf(ctx->msg, sizeof ctx->msg, "%s", text);
+    return ctx ? ((struct todre_context *)(uintptr_t)ctx)->msg : NULL;
 }
 
-todre_status todre_fail(struct todre_context *ctx, todre_status st, const char *fmt, ...)
+static void set_message(const struct todre_context *ctx, const char *text)
+{
+    snprintf(tls_msg, sizeof tls_msg, "%s", text);
+    char *m = ctx_msg(ctx);
+    if (m) snprintf(m, TODRE_MSG_CAP, "%s", text);
+}
+
+todre_status todre_fail(const struct todre_context *ctx, todre_status st, const char *fmt, ...)
 {
     char buf[TODRE_MSG_CAP];
     va_list ap;
@@ -50,7 +60,7 @@ todre_status todre_fail(struct todre_context *ctx, todre_status st, const char *
     return st;
 }
 
-todre_status todre_fail_diag(struct todre_context *ctx, todre_status st, const char *what,
+todre_status todre_fail_diag(const struct todre_context *ctx, todre_status st, const char *what,
                              const char *diag_text)
 {
     if (diag_text && diag_text[0])
@@ -58,8 +68,23 @@ todre_status todre_fail_diag(struct todre_context *ctx, todre_status st, const c
     return todre_fail(ctx, st, "%s: %s", what, todre_status_string(st));
 }
 
-void todre_clear_error(struct todre_context *ctx)
+void todre_clear_error(const struct todre_context *ctx)
 {
     tls_msg[0] = '\0';
-    if (ctx) ctx->msg[0] = '\0';
+    char *m = ctx_msg(ctx);
+    if (m) m[0] = '\0';
+}
+
+todre_status todre_fill_sized(void *dst, const void *src, size_t size, const char *name)
+{
+    if (!dst) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "%s: NULL", name);
+    size_t have;
+    memcpy(&have, dst, sizeof have);
+    if (have < size)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: struct_size %zu is smaller than the 1.0 struct (%zu bytes)", name,
+                          have, size);
+    /* Fill the 1.0 part; a larger (later) struct keeps its tail as it is. */
+    memcpy((char *)dst + sizeof have, (const char *)src + sizeof have, size - sizeof have);
+    return TODRE_OK;
 }

@@ -7,12 +7,10 @@
 
 #include "core.h"
 
-#define DEFAULT_TAU 0.10
-
 struct todre_relevance {
-    int64_t num_layers, batch;
-    double tau;
-    todre_probe_schedule schedule;
+    /* tau, schedule, num_layers and batch (read-only), through src/params.c */
+    struct todre_relevance_params p;
+    int64_t num_layers, batch; /* copies of the read-only p.num_layers, p.batch */
     uint8_t *probe;       /* [L]: listed probe layer */
     int64_t first_probe;  /* smallest listed probe layer */
     uint8_t *types;       /* [B, K] or NULL before set_types */
@@ -37,24 +35,29 @@ static void reset_observations(struct todre_relevance *r)
     memset(r->pending_end, 0, (size_t)r->num_layers * sizeof *r->pending_end);
 }
 
+/* The default probe layer list: { floor(7L/8) } (the paper's 7L/8, 0-based). */
+static void default_probes(struct todre_relevance *r)
+{
+    memset(r->probe, 0, (size_t)r->num_layers);
+    r->first_probe = 7 * r->num_layers / 8;
+    r->probe[r->first_probe] = 1;
+}
+
 todre_status todre_relevance_create(int64_t num_layers, int64_t batch, todre_relevance **out)
 {
     todre_clear_error(NULL);
     if (!out) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
-    *out = NULL;
-    if (num_layers < 1 || num_layers > (1 << 20))
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "num_layers: %lld is outside [1, 2^20]",
-                          (long long)num_layers);
-    if (batch < 1 || batch > (1 << 20))
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "batch: %lld is outside [1, 2^20]",
-                          (long long)batch);
+    todre_status st = todre_param_check_int(NULL, TODRE_RELEVANCE_NUM_LAYERS, "num_layers",
+                                            num_layers);
+    if (st != TODRE_OK) return st;
+    if ((st = todre_param_check_int(NULL, TODRE_RELEVANCE_BATCH, "batch", batch)) != TODRE_OK)
+        return st;
     struct todre_relevance *r = calloc(1, sizeof *r);
     if (!r) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "relevance: out of memory");
-    size_t bl = (size_t)(batch * num_layers);
-    r->num_layers = num_layers;
-    r->batch = batch;
-    r->tau = DEFAULT_TAU;
-    r->schedule = TODRE_PROBE_LIST;
+    size_t bl = (size_t)batch * (size_t)num_layers; /* <= 2^40: both ranges are 2^20 */
+    todre_param_defaults(TODRE_OWNER_RELEVANCE, &r->p);
+    r->p.num_layers = r->num_layers = num_layers;
+    r->p.batch = r->batch = batch;
     r->probe = calloc((size_t)num_layers, 1);
     r->drop_layer = malloc((size_t)batch * sizeof *r->drop_layer);
     r->observed = calloc(bl, 1);
@@ -68,8 +71,7 @@ todre_status todre_relevance_create(int64_t num_layers, int64_t batch, todre_rel
         todre_relevance_destroy(r);
         return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "relevance: out of memory");
     }
-    r->first_probe = 7 * num_layers / 8; /* the paper's 7L/8, 0-based */
-    r->probe[r->first_probe] = 1;
+    default_probes(r);
     reset_observations(r);
     *out = r;
     return TODRE_OK;
@@ -91,55 +93,98 @@ void todre_relevance_destroy(todre_relevance *r)
     free(r);
 }
 
-todre_status todre_relevance_set_tau(todre_relevance *r, double tau)
+todre_status todre_relevance_set_int(todre_relevance *r, todre_param param, int64_t value)
 {
     todre_clear_error(NULL);
     if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
-    if (!(tau >= 0.0 && tau <= 1.0))
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "tau: %g is outside [0, 1]", tau);
-    r->tau = tau;
-    return TODRE_OK;
+    return todre_param_set_int(NULL, TODRE_OWNER_RELEVANCE, &r->p, param, value);
 }
 
-todre_status todre_relevance_get_tau(const todre_relevance *r, double *tau)
+todre_status todre_relevance_get_int(const todre_relevance *r, todre_param param, int64_t *value)
 {
     todre_clear_error(NULL);
     if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
-    if (!tau) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "tau: NULL");
-    *tau = r->tau;
-    return TODRE_OK;
+    return todre_param_get_int(NULL, TODRE_OWNER_RELEVANCE, &r->p, param, value);
 }
 
-todre_status todre_relevance_set_probe_layers(todre_relevance *r, const int64_t *layers,
-                                              int64_t count)
+todre_status todre_relevance_set_double(todre_relevance *r, todre_param param, double value)
 {
     todre_clear_error(NULL);
     if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
-    if (!layers) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layers: NULL");
-    if (count < 1) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "count: %lld, need >= 1",
-                                     (long long)count);
+    return todre_param_set_double(NULL, TODRE_OWNER_RELEVANCE, &r->p, param, value);
+}
+
+todre_status todre_relevance_get_double(const todre_relevance *r, todre_param param,
+                                        double *value)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    return todre_param_get_double(NULL, TODRE_OWNER_RELEVANCE, &r->p, param, value);
+}
+
+todre_status todre_relevance_set_probe_layers(todre_relevance *r, const DLTensor *layers)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    struct todre_array a;
+    todre_status st = todre_array_map(NULL, layers, "layers", TODRE_DT(TODRE_DTYPE_I64),
+                                      TODRE_WHERE_HOST, &a);
+    if (st != TODRE_OK) return st;
+    if (a.rank != 1 || a.shape[0] < 1)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                          "layers: shape must be [count] with count >= 1");
+    const int64_t *v = a.data;
+    int64_t count = a.shape[0], s0 = a.strides[0];
     for (int64_t i = 0; i < count; i++)
-        if (layers[i] < 0 || layers[i] >= r->num_layers)
+        if (v[i * s0] < 0 || v[i * s0] >= r->num_layers)
             return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
-                              "layers[%lld]: %lld is outside [0, %lld)", (long long)i,
-                              (long long)layers[i], (long long)r->num_layers);
+                              "layers: layers[%lld] = %lld is outside [0, %lld)", (long long)i,
+                              (long long)v[i * s0], (long long)r->num_layers);
     memset(r->probe, 0, (size_t)r->num_layers);
     r->first_probe = r->num_layers;
     for (int64_t i = 0; i < count; i++) {
-        r->probe[layers[i]] = 1;
-        if (layers[i] < r->first_probe) r->first_probe = layers[i];
+        int64_t l = v[i * s0];
+        r->probe[l] = 1;
+        if (l < r->first_probe) r->first_probe = l;
     }
     return TODRE_OK;
 }
 
-todre_status todre_relevance_set_schedule(todre_relevance *r, todre_probe_schedule schedule)
+/* Check an optional host int64 1-D output of @p n values and write *count
+ * (also when @p out is too small). */
+static todre_status write_host_list(const char *name, const DLTensor *out, int64_t n,
+                                    int64_t *count, struct todre_array *a)
+{
+    if (!count) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "count: NULL");
+    if (out) {
+        todre_status st = todre_array_map(NULL, out, name, TODRE_DT(TODRE_DTYPE_I64),
+                                          TODRE_WHERE_HOST, a);
+        if (st != TODRE_OK) return st;
+        if (a->rank != 1)
+            return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "%s: rank %d, expected 1", name,
+                              a->rank);
+    }
+    *count = n;
+    if (out && a->shape[0] < n)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: capacity %lld, need %lld", name, (long long)a->shape[0],
+                          (long long)n);
+    return TODRE_OK;
+}
+
+todre_status todre_relevance_get_probe_layers(const todre_relevance *r, const DLTensor *out,
+                                              int64_t *count)
 {
     todre_clear_error(NULL);
     if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
-    if (schedule != TODRE_PROBE_LIST && schedule != TODRE_PROBE_UNTIL_DROP)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "schedule: unknown value %d",
-                          (int)schedule);
-    r->schedule = schedule;
+    int64_t n = 0;
+    for (int64_t l = 0; l < r->num_layers; l++) n += r->probe[l];
+    struct todre_array a;
+    todre_status st = write_host_list("out", out, n, count, &a);
+    if (st != TODRE_OK || !out) return st;
+    int64_t *dst = a.data, w = 0;
+    for (int64_t l = 0; l < r->num_layers; l++)
+        if (r->probe[l]) dst[(w++) * a.strides[0]] = l;
     return TODRE_OK;
 }
 
@@ -147,7 +192,7 @@ todre_status todre_relevance_set_schedule(todre_relevance *r, todre_probe_schedu
 static int probe_state(const struct todre_relevance *r, int64_t seq, int64_t layer)
 {
     if (r->drop_layer[seq] >= 0) return -1;
-    if (r->schedule == TODRE_PROBE_UNTIL_DROP) return layer >= r->first_probe;
+    if (r->p.schedule == TODRE_PROBE_UNTIL_DROP) return layer >= r->first_probe;
     return r->probe[layer];
 }
 
@@ -190,23 +235,28 @@ static todre_status install_types(struct todre_relevance *r, uint8_t *types, int
     return TODRE_OK;
 }
 
-todre_status todre_relevance_set_types(todre_relevance *r, const todre_tensor *t)
+todre_status todre_relevance_set_types(todre_relevance *r, const DLTensor *types)
 {
     todre_clear_error(NULL);
     if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
-    todre_status st = todre_check_tensor(NULL, t, "types", TODRE_DT(TODRE_DTYPE_U8),
-                                         TODRE_DEVICE_HOST, 0);
+    struct todre_array t;
+    todre_status st = todre_array_map(NULL, types, "types", TODRE_DT(TODRE_DTYPE_U8),
+                                      TODRE_WHERE_HOST, &t);
     if (st != TODRE_OK) return st;
-    int per_seq = t->rank == 2;
-    if (!(t->rank == 1 || (per_seq && t->shape[0] == r->batch)))
+    int per_seq = t.rank == 2;
+    if (!(t.rank == 1 || (per_seq && t.shape[0] == r->batch)))
         return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
                           "types: shape must be [K] or [batch = %lld, K]", (long long)r->batch);
-    int64_t K = t->shape[t->rank - 1];
+    int64_t K = t.shape[t.rank - 1], total;
     if (K < 1) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "types: K = 0 positions");
-    uint8_t *copy = malloc((size_t)(r->batch * K));
+    if (!todre_mul_i64(r->batch, K, &total) || (uint64_t)total > SIZE_MAX)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                          "types: batch x K = %lld x %lld overflows", (long long)r->batch,
+                          (long long)K);
+    uint8_t *copy = malloc((size_t)total);
     if (!copy) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "types: out of memory");
-    const uint8_t *src = t->data;
-    int64_t sk = t->strides[t->rank - 1], sb = per_seq ? t->strides[0] : 0;
+    const uint8_t *src = t.data;
+    int64_t sk = t.strides[t.rank - 1], sb = per_seq ? t.strides[0] : 0;
     for (int64_t b = 0; b < r->batch; b++)
         for (int64_t j = 0; j < K; j++) {
             uint8_t v = src[b * sb + j * sk];
@@ -244,11 +294,19 @@ todre_status todre_relevance_set_layout(todre_relevance *r, int64_t n_system, in
     return install_types(r, copy, K);
 }
 
-todre_status todre_relevance_reset(todre_relevance *r)
+todre_status todre_relevance_reset(todre_relevance *r, todre_reset what)
 {
     todre_clear_error(NULL);
     if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
-    reset_observations(r);
+    if (what != TODRE_RESET_STATE && what != TODRE_RESET_PARAMS && what != TODRE_RESET_ALL)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                          "what: %d is not a todre_reset value (1 STATE, 2 PARAMS, 3 ALL)",
+                          (int)what);
+    if (what & TODRE_RESET_STATE) reset_observations(r); /* token types are kept */
+    if (what & TODRE_RESET_PARAMS) {
+        todre_param_defaults(TODRE_OWNER_RELEVANCE, &r->p);
+        default_probes(r);
+    }
     return TODRE_OK;
 }
 
@@ -275,7 +333,7 @@ static todre_status begin_observe(struct todre_context *ctx, struct todre_releva
 
 /* Batch dimension of a rank-3 (batch 1) or rank-4 tensor. */
 static todre_status check_batched(struct todre_context *ctx, const struct todre_relevance *r,
-                                  const struct todre_tensor *t, const char *name, const char *dims)
+                                  const struct todre_array *t, const char *name, const char *dims)
 {
     if (t->rank == 3) {
         if (r->batch != 1)
@@ -326,7 +384,7 @@ static todre_status begin_chunk(struct todre_context *ctx, struct todre_relevanc
 
 /* Back half: ratios, decisions, stored observations. @p K: keys observed. */
 static void finish_observe(struct todre_relevance *r, int64_t layer, int64_t K,
-                           todre_decision *decisions)
+                           const struct todre_array *decisions)
 {
     int final = K == r->K;
     int any = 0;
@@ -352,14 +410,14 @@ static void finish_observe(struct todre_relevance *r, int64_t layer, int64_t K,
             r->ratios[2 * at] = t2v;
             r->ratios[2 * at + 1] = v2t;
             r->observed[at] = 1;
-            if (t2v < r->tau && v2t < r->tau) {
+            if (t2v < r->p.tau && v2t < r->p.tau) {
                 r->drop_layer[b] = layer;
                 d = TODRE_DECISION_DROP;
             } else {
                 d = TODRE_DECISION_KEEP;
             }
         }
-        if (decisions) decisions[b] = d;
+        if (decisions) ((int32_t *)decisions->data)[b * decisions->strides[0]] = (int32_t)d;
     }
     r->pending_end[layer] = any ? K : 0;
 }
@@ -380,18 +438,35 @@ static todre_status run_backend(struct todre_context *ctx, todre_status st, cons
     return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "relevance", msg);
 }
 
+/* decisions: NULL or host int32 [B] (any stride); dec->data NULL for NULL. */
+static todre_status check_decisions(struct todre_context *ctx, const struct todre_relevance *r,
+                                    const DLTensor *decisions, struct todre_array *dec)
+{
+    dec->data = NULL;
+    if (!decisions) return TODRE_OK;
+    todre_status st = todre_array_map(ctx, decisions, "decisions", TODRE_DT(TODRE_DTYPE_I32),
+                                      TODRE_WHERE_HOST, dec);
+    if (st != TODRE_OK) return st;
+    if (dec->rank != 1 || dec->shape[0] != r->batch)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "decisions: shape must be [B = %lld]",
+                          (long long)r->batch);
+    return TODRE_OK;
+}
+
 todre_status todre_relevance_observe_probs(todre_context *ctx, todre_relevance *r, int64_t layer,
-                                           const todre_tensor *attn, todre_decision *decisions)
+                                           const DLTensor *attn_dl, const DLTensor *decisions)
 {
     todre_clear_error(ctx);
     if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
     int64_t n_active;
     todre_status st = begin_observe(ctx, r, layer, &n_active);
     if (st != TODRE_OK) return st;
-    st = todre_check_tensor(ctx, attn, "attn", TODRE_DT_FLOAT, ctx->be->device_type,
-                            ctx->be->device);
+    struct todre_array attn_a, dec;
+    const struct todre_array *attn = &attn_a;
+    st = todre_array_map(ctx, attn_dl, "attn", TODRE_DT_FLOAT, TODRE_WHERE_CONTEXT, &attn_a);
     if (st != TODRE_OK) return st;
     if ((st = check_batched(ctx, r, attn, "attn", "H, Q, K")) != TODRE_OK) return st;
+    if ((st = check_decisions(ctx, r, decisions, &dec)) != TODRE_OK) return st;
     int o = attn->rank - 3;
     int64_t H = attn->shape[o], Q = attn->shape[o + 1], K = attn->shape[o + 2];
     if (H < 1 || Q < 1 || Q > K)
@@ -414,27 +489,30 @@ todre_status todre_relevance_observe_probs(todre_context *ctx, todre_relevance *
         st = run_backend(ctx, ctx->be->ops->relevance_probs(ctx->be, &job, &diag), msg);
         if (st != TODRE_OK) return st;
     }
-    finish_observe(r, layer, K, decisions);
+    finish_observe(r, layer, K, dec.data ? &dec : NULL);
     return TODRE_OK;
 }
 
 todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, int64_t layer,
-                                        const todre_tensor *q, const todre_tensor *k,
-                                        double scale, todre_decision *decisions)
+                                        const DLTensor *q_dl, const DLTensor *k_dl, double scale,
+                                        const DLTensor *decisions)
 {
     todre_clear_error(ctx);
     if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
     int64_t n_active;
     todre_status st = begin_observe(ctx, r, layer, &n_active);
     if (st != TODRE_OK) return st;
-    if ((st = todre_check_tensor(ctx, q, "q", TODRE_DT_FLOAT, ctx->be->device_type,
-                                 ctx->be->device)) != TODRE_OK ||
-        (st = todre_check_tensor(ctx, k, "k", TODRE_DT_FLOAT, ctx->be->device_type,
-                                 ctx->be->device)) != TODRE_OK)
+    struct todre_array q_a, k_a, dec;
+    const struct todre_array *q = &q_a, *k = &k_a;
+    if ((st = todre_array_map(ctx, q_dl, "q", TODRE_DT_FLOAT, TODRE_WHERE_CONTEXT, &q_a)) !=
+            TODRE_OK ||
+        (st = todre_array_map(ctx, k_dl, "k", TODRE_DT_FLOAT, TODRE_WHERE_CONTEXT, &k_a)) !=
+            TODRE_OK)
         return st;
     if ((st = check_batched(ctx, r, q, "q", "H, Q, dh")) != TODRE_OK ||
         (st = check_batched(ctx, r, k, "k", "H_kv, K, dh")) != TODRE_OK)
         return st;
+    if ((st = check_decisions(ctx, r, decisions, &dec)) != TODRE_OK) return st;
     if (q->rank != k->rank)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "k: rank %d differs from q's rank %d",
                           k->rank, q->rank);
@@ -482,7 +560,7 @@ todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, 
         st = run_backend(ctx, ctx->be->ops->relevance_qk(ctx->be, &job, &diag), msg);
         if (st != TODRE_OK) return st;
     }
-    finish_observe(r, layer, K, decisions);
+    finish_observe(r, layer, K, dec.data ? &dec : NULL);
     return TODRE_OK;
 }
 
@@ -517,8 +595,8 @@ todre_status todre_relevance_drop_layer(const todre_relevance *r, int64_t seq, i
     return TODRE_OK;
 }
 
-todre_status todre_relevance_keep_positions(const todre_relevance *r, int64_t seq, int64_t *out,
-                                            int64_t capacity, int64_t *count)
+todre_status todre_relevance_keep_positions(const todre_relevance *r, int64_t seq,
+                                            const DLTensor *out, int64_t *count)
 {
     todre_clear_error(NULL);
     if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
@@ -531,13 +609,10 @@ todre_status todre_relevance_keep_positions(const todre_relevance *r, int64_t se
     const uint8_t *t = r->types + seq * r->K;
     int64_t n = 0;
     for (int64_t j = 0; j < r->K; j++) n += t[j] != TODRE_TOKEN_VISUAL;
-    *count = n;
-    if (!out) return TODRE_OK;
-    if (capacity < n)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "capacity: %lld, need %lld",
-                          (long long)capacity, (long long)n);
-    int64_t w = 0;
+    struct todre_array a;
+    if ((st = write_host_list("out", out, n, count, &a)) != TODRE_OK || !out) return st;
+    int64_t *dst = a.data, w = 0;
     for (int64_t j = 0; j < r->K; j++)
-        if (t[j] != TODRE_TOKEN_VISUAL) out[w++] = j;
+        if (t[j] != TODRE_TOKEN_VISUAL) dst[(w++) * a.strides[0]] = j;
     return TODRE_OK;
 }

@@ -1,13 +1,39 @@
-/* Stage 1 public calls: validation (once, here), job building, dispatch. */
+/* Stage 1 public calls: validation (once, here), the core's decisions (the
+ * pivot, the RANDOM draw, each set's strategy), job building, dispatch. */
 #include <string.h>
 
 #include "core.h"
 
-/* Embeddings [N, d]: float, on the context's device, inner stride 1. */
-static todre_status check_embeddings(struct todre_context *ctx, const struct todre_tensor *e)
+/* ---- the RANDOM pivot ----------------------------------------------------- */
+
+/* The portable generator pinned in docs/semantics.md (splitmix64), with
+ * rejection so that every index is equally likely. */
+static uint64_t splitmix64(uint64_t *state)
 {
-    todre_status st = todre_check_tensor(ctx, e, "embeddings", TODRE_DT_FLOAT,
-                                         ctx->be->device_type, ctx->be->device);
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int64_t todre_random_pivot(uint64_t seed, int64_t lo, int64_t hi)
+{
+    uint64_t m = (uint64_t)(hi - lo), state = seed;
+    uint64_t r = (0 - m) % m; /* 2^64 mod m */
+    uint64_t z;
+    do z = splitmix64(&state);
+    while (z < r);
+    return lo + (int64_t)(z % m);
+}
+
+/* ---- validation ------------------------------------------------------------ */
+
+/* Embeddings [N, d]: float, on the context's device, inner stride 1. */
+static todre_status check_embeddings(struct todre_context *ctx, const DLTensor *dl,
+                                     struct todre_array *e)
+{
+    todre_status st = todre_array_map(ctx, dl, "embeddings", TODRE_DT_FLOAT,
+                                      TODRE_WHERE_CONTEXT, e);
     if (st != TODRE_OK) return st;
     if (e->rank != 2)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
@@ -27,55 +53,57 @@ static todre_status check_embeddings(struct todre_context *ctx, const struct tod
 }
 
 /* CLS map [n] or [frames, tokens] (batch: [N] only). Fills the job's view. */
-static todre_status check_cls(struct todre_context *ctx, const struct todre_tensor *c, int64_t n,
+static todre_status check_cls(struct todre_context *ctx, const DLTensor *dl, int64_t n,
                               int allow_video, struct todre_select_job *job)
 {
-    todre_status st = todre_check_tensor(ctx, c, "cls", TODRE_DT_FLOAT, ctx->be->device_type,
-                                         ctx->be->device);
+    struct todre_array c;
+    todre_status st = todre_array_map(ctx, dl, "cls", TODRE_DT_FLOAT, TODRE_WHERE_CONTEXT, &c);
     if (st != TODRE_OK) return st;
-    if (c->rank == 1) {
-        if (c->shape[0] != n)
+    if (c.rank == 1) {
+        if (c.shape[0] != n)
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                              "cls: %lld values for %lld tokens", (long long)c->shape[0],
+                              "cls: %lld values for %lld tokens", (long long)c.shape[0],
                               (long long)n);
         job->cls_inner = n;
         job->cls_outer_stride = 0;
-        job->cls_inner_stride = c->strides[0];
-    } else if (c->rank == 2 && allow_video) {
-        if (c->shape[1] < 1 || c->shape[0] * c->shape[1] != n)
+        job->cls_inner_stride = c.strides[0];
+    } else if (c.rank == 2 && allow_video) {
+        /* c.count cannot overflow: todre_array_map checked it */
+        if (c.shape[1] < 1 || c.count != n)
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                               "cls: [%lld, %lld] frames x tokens does not cover %lld tokens",
-                              (long long)c->shape[0], (long long)c->shape[1], (long long)n);
-        job->cls_inner = c->shape[1];
-        job->cls_outer_stride = c->strides[0];
-        job->cls_inner_stride = c->strides[1];
+                              (long long)c.shape[0], (long long)c.shape[1], (long long)n);
+        job->cls_inner = c.shape[1];
+        job->cls_outer_stride = c.strides[0];
+        job->cls_inner_stride = c.strides[1];
     } else {
-        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "cls: rank %d, expected %s", c->rank,
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "cls: rank %d, expected %s", c.rank,
                           allow_video ? "1 ([n]) or 2 ([frames, tokens])" : "1 ([N])");
     }
-    job->cls = c->data;
-    job->cls_dtype = c->dtype;
+    job->cls = c.data;
+    job->cls_dtype = c.dtype;
     return TODRE_OK;
 }
 
-/* Objective, pivot (AUTO resolved) and seed from the configuration. */
+/* Objective, pivot (AUTO resolved; RANDOM is drawn per set later) and seed
+ * from the configuration. */
 static todre_status resolve_method(struct todre_context *ctx, const struct todre_select_config *cfg,
                                    int have_cls, struct todre_select_job *job)
 {
-    job->objective = cfg->objective;
-    job->seed = (uint64_t)cfg->seed;
-    job->pivot_lo = cfg->pivot_lo;
-    job->pivot_hi = cfg->pivot_hi;
-    if (cfg->objective == TODRE_OBJECTIVE_CLS_TOPK) {
+    job->objective = (todre_objective)cfg->p.objective;
+    job->seed = (uint64_t)cfg->p.seed;
+    job->pivot_lo = cfg->p.pivot_lo;
+    job->pivot_hi = cfg->p.pivot_hi;
+    if (cfg->p.objective == TODRE_OBJECTIVE_CLS_TOPK) {
         if (!have_cls)
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                               "cls: NULL, but objective CLS_TOPK needs a CLS attention map");
         job->pivot = TODRE_PIVOT_CLS;
         return TODRE_OK;
     }
-    todre_pivot p = cfg->pivot;
+    todre_pivot p = (todre_pivot)cfg->p.pivot;
     if (p == TODRE_PIVOT_AUTO) {
-        if (cfg->objective == TODRE_OBJECTIVE_MAX_MIN) p = TODRE_PIVOT_ISOLATED;
+        if (cfg->p.objective == TODRE_OBJECTIVE_MAX_MIN) p = TODRE_PIVOT_ISOLATED;
         else p = have_cls ? TODRE_PIVOT_CLS : TODRE_PIVOT_CENTER;
     }
     if (p == TODRE_PIVOT_CLS && !have_cls)
@@ -89,50 +117,52 @@ static todre_status check_pivot_range(struct todre_context *ctx,
                                       const struct todre_select_config *cfg, int64_t n,
                                       int64_t set)
 {
-    if (cfg->objective == TODRE_OBJECTIVE_CLS_TOPK) return TODRE_OK; /* range unused */
-    int64_t hi = cfg->pivot_hi < 0 ? n : cfg->pivot_hi;
-    if (cfg->pivot_lo >= hi || hi > n) {
+    if (cfg->p.objective == TODRE_OBJECTIVE_CLS_TOPK) return TODRE_OK; /* range unused */
+    int64_t hi = cfg->p.pivot_hi < 0 ? n : cfg->p.pivot_hi;
+    if (cfg->p.pivot_lo >= hi || hi > n) {
         if (set < 0)
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                               "pivot_range: [%lld, %lld) does not fit the %lld tokens",
-                              (long long)cfg->pivot_lo, (long long)hi, (long long)n);
+                              (long long)cfg->p.pivot_lo, (long long)hi, (long long)n);
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                           "pivot_range: [%lld, %lld) does not fit the %lld tokens of set %lld",
-                          (long long)cfg->pivot_lo, (long long)hi, (long long)n, (long long)set);
+                          (long long)cfg->p.pivot_lo, (long long)hi, (long long)n, (long long)set);
     }
     return TODRE_OK;
 }
 
 /* Output [K] or [2, K] int64 on the context's device, inner stride 1. */
-static todre_status check_out(struct todre_context *ctx, const struct todre_tensor *out,
-                              todre_order order, int64_t total, struct todre_select_job *job)
+static todre_status check_out(struct todre_context *ctx, const DLTensor *dl, todre_order order,
+                              int64_t total, struct todre_select_job *job)
 {
-    todre_status st = todre_check_tensor(ctx, out, "out", TODRE_DT(TODRE_DTYPE_I64),
-                                         ctx->be->device_type, ctx->be->device);
+    struct todre_array out;
+    todre_status st = todre_array_map(ctx, dl, "out", TODRE_DT(TODRE_DTYPE_I64),
+                                      TODRE_WHERE_CONTEXT, &out);
     if (st != TODRE_OK) return st;
     int both = order == TODRE_ORDER_BOTH;
     int want_rank = both ? 2 : 1;
-    const int64_t *shape = out->shape;
-    if (out->rank != want_rank || shape[want_rank - 1] != total || (both && shape[0] != 2))
+    if (out.rank != want_rank || out.shape[want_rank - 1] != total || (both && out.shape[0] != 2))
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "out: shape must be %s%lld]%s",
                           both ? "[2, " : "[", (long long)total,
                           both ? " for ORDER_BOTH" : " (k indices)");
-    if (total > 1 && out->strides[want_rank - 1] != 1)
+    if (total > 1 && out.strides[want_rank - 1] != 1)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "out: inner stride must be 1");
-    if (both && out->strides[0] < total)
+    if (both && out.strides[0] < total)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "out: rows overlap (row stride < %lld)",
                           (long long)total);
-    int64_t *base = out->data;
+    int64_t *base = out.data;
     job->out_sel = order == TODRE_ORDER_POSITION ? NULL : base;
-    job->out_pos = order == TODRE_ORDER_SELECTION ? NULL : both ? base + out->strides[0] : base;
+    job->out_pos = order == TODRE_ORDER_SELECTION ? NULL : both ? base + out.strides[0] : base;
     return TODRE_OK;
 }
 
-/* Completes the job with the embeddings view and the segment tables, and runs
- * it on the context's backend. */
-static todre_status dispatch(struct todre_context *ctx, const struct todre_tensor *embeddings,
+/* Completes the job with the embeddings view, the segment tables, the drawn
+ * RANDOM pivots (seg_pivot: host scratch [nseg], written here when the pivot
+ * is RANDOM) and each set's plan, and runs it on the context's backend. */
+static todre_status dispatch(struct todre_context *ctx, const struct todre_array *embeddings,
                              int64_t nseg, const int64_t *seg_offsets, const int64_t *seg_k,
-                             const int64_t *out_offsets, struct todre_select_job *job)
+                             const int64_t *out_offsets, int64_t *seg_pivot,
+                             struct todre_select_job *job)
 {
     job->emb = embeddings->data;
     job->emb_dtype = embeddings->dtype;
@@ -142,6 +172,20 @@ static todre_status dispatch(struct todre_context *ctx, const struct todre_tenso
     job->seg_offsets = seg_offsets;
     job->seg_k = seg_k;
     job->out_offsets = out_offsets;
+    if (job->objective != TODRE_OBJECTIVE_CLS_TOPK && job->pivot == TODRE_PIVOT_RANDOM) {
+        for (int64_t b = 0; b < nseg; b++) {
+            int64_t n = seg_offsets[b + 1] - seg_offsets[b];
+            int64_t hi = job->pivot_hi < 0 ? n : job->pivot_hi;
+            seg_pivot[b] = todre_random_pivot(job->seed, job->pivot_lo, hi);
+        }
+        job->pivot = TODRE_PIVOT_FIXED;
+        job->seg_pivot = seg_pivot;
+    }
+    struct todre_select_plan *plans = todre_ctx_plans(ctx, (size_t)nseg);
+    if (!plans) return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY, "select: out of host memory");
+    todre_select_plan_sets(ctx->be, job, plans);
+    job->seg_plan = plans;
+
     char msg[TODRE_MSG_CAP] = "";
     struct todre_diag diag = {msg, sizeof msg};
     todre_status st = ctx->be->ops->select(ctx->be, job, &diag);
@@ -149,69 +193,81 @@ static todre_status dispatch(struct todre_context *ctx, const struct todre_tenso
 }
 
 todre_status todre_select(todre_context *ctx, const todre_select_config *cfg,
-                          const todre_tensor *embeddings, const todre_tensor *cls,
-                          const todre_tensor *out)
+                          const DLTensor *embeddings, const DLTensor *cls, const DLTensor *out)
 {
     todre_clear_error(ctx);
     if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
     if (!cfg) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
     struct todre_select_job job;
     memset(&job, 0, sizeof job);
-    todre_status st = check_embeddings(ctx, embeddings);
+    struct todre_array emb;
+    todre_status st = check_embeddings(ctx, embeddings, &emb);
     if (st != TODRE_OK) return st;
-    int64_t n = embeddings->shape[0];
+    int64_t n = emb.shape[0];
     if (cls && (st = check_cls(ctx, cls, n, 1, &job)) != TODRE_OK) return st;
     if ((st = resolve_method(ctx, cfg, cls != NULL, &job)) != TODRE_OK) return st;
     if ((st = check_pivot_range(ctx, cfg, n, -1)) != TODRE_OK) return st;
     int64_t k;
     if ((st = todre_resolve_keep(ctx, cfg, n, &k)) != TODRE_OK) return st;
-    if ((st = check_out(ctx, out, cfg->order, k, &job)) != TODRE_OK) return st;
+    if ((st = check_out(ctx, out, (todre_order)cfg->p.order, k, &job)) != TODRE_OK) return st;
 
-    int64_t *tab = todre_ctx_i64(ctx, 5);
+    int64_t *tab = todre_ctx_i64(ctx, 6);
     if (!tab) return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY, "select: out of host memory");
     tab[0] = 0; tab[1] = n;     /* seg_offsets */
     tab[2] = k;                 /* seg_k */
     tab[3] = 0; tab[4] = k;     /* out_offsets */
-    return dispatch(ctx, embeddings, 1, tab, tab + 2, tab + 3, &job);
+    return dispatch(ctx, &emb, 1, tab, tab + 2, tab + 3, tab + 5, &job);
 }
 
 /* Host int64 vector of @p len entries (any stride), copied into dst. */
-static todre_status read_host_i64(struct todre_context *ctx, const struct todre_tensor *t,
+static todre_status read_host_i64(struct todre_context *ctx, const DLTensor *dl,
                                   const char *name, int64_t len, int64_t *dst)
 {
-    todre_status st = todre_check_tensor(ctx, t, name, TODRE_DT(TODRE_DTYPE_I64),
-                                         TODRE_DEVICE_HOST, 0);
+    struct todre_array t;
+    todre_status st = todre_array_map(ctx, dl, name, TODRE_DT(TODRE_DTYPE_I64),
+                                      TODRE_WHERE_HOST, &t);
     if (st != TODRE_OK) return st;
-    if (t->rank != 1 || t->shape[0] != len)
+    if (t.rank != 1 || t.shape[0] != len)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: shape must be [%lld]", name,
                           (long long)len);
-    const int64_t *p = t->data;
-    for (int64_t i = 0; i < len; i++) dst[i] = p[i * t->strides[0]];
+    const int64_t *p = t.data;
+    for (int64_t i = 0; i < len; i++) dst[i] = p[i * t.strides[0]];
     return TODRE_OK;
 }
 
 todre_status todre_select_batch(todre_context *ctx, const todre_select_config *cfg,
-                                const todre_tensor *embeddings, const todre_tensor *cls,
-                                const todre_tensor *offsets, const todre_tensor *keep,
-                                const todre_tensor *out, const todre_tensor *out_offsets)
+                                const DLTensor *embeddings, const DLTensor *cls,
+                                const DLTensor *offsets, const DLTensor *keep,
+                                const DLTensor *out, const DLTensor *out_offsets)
 {
     todre_clear_error(ctx);
     if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
     if (!cfg) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
     struct todre_select_job job;
     memset(&job, 0, sizeof job);
-    todre_status st = check_embeddings(ctx, embeddings);
+    struct todre_array emb;
+    todre_status st = check_embeddings(ctx, embeddings, &emb);
     if (st != TODRE_OK) return st;
-    int64_t total_rows = embeddings->shape[0];
-    if (!offsets) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "offsets: NULL");
-    if (offsets->rank != 1 || offsets->shape[0] < 2)
+    int64_t total_rows = emb.shape[0];
+
+    struct todre_array off;
+    st = todre_array_map(ctx, offsets, "offsets", TODRE_DT(TODRE_DTYPE_I64), TODRE_WHERE_HOST,
+                         &off);
+    if (st != TODRE_OK) return st;
+    if (off.rank != 1 || off.shape[0] < 2)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                           "offsets: shape must be [B + 1] with B >= 1");
-    int64_t nseg = offsets->shape[0] - 1;
+    int64_t nseg = off.shape[0] - 1;
+    /* Every set has >= 1 row, so nseg <= total_rows and 4 * nseg + 2 fits. */
+    if (nseg > total_rows)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "offsets: %lld sets for %lld rows (no set may be empty)",
+                          (long long)nseg, (long long)total_rows);
 
-    int64_t *tab = todre_ctx_i64(ctx, (size_t)(3 * nseg + 2));
+    int64_t *tab = todre_ctx_i64(ctx, (size_t)(4 * nseg + 2));
     if (!tab) return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY, "select_batch: out of host memory");
     int64_t *seg_off = tab, *seg_k = tab + nseg + 1, *out_off = tab + 2 * nseg + 1;
+    int64_t *seg_pivot = tab + 3 * nseg + 2;
     if ((st = read_host_i64(ctx, offsets, "offsets", nseg + 1, seg_off)) != TODRE_OK) return st;
     if (seg_off[0] != 0)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "offsets: offsets[0] = %lld, must be 0",
@@ -241,23 +297,25 @@ todre_status todre_select_batch(todre_context *ctx, const todre_select_config *c
         } else if ((st = todre_resolve_keep(ctx, cfg, n, &seg_k[b])) != TODRE_OK) {
             return st;
         }
-        out_off[b + 1] = out_off[b] + seg_k[b];
+        out_off[b + 1] = out_off[b] + seg_k[b]; /* <= total_rows */
     }
-    if ((st = check_out(ctx, out, cfg->order, out_off[nseg], &job)) != TODRE_OK) return st;
+    if ((st = check_out(ctx, out, (todre_order)cfg->p.order, out_off[nseg], &job)) != TODRE_OK)
+        return st;
+    struct todre_array oo;
     if (out_offsets) {
-        st = todre_check_tensor(ctx, out_offsets, "out_offsets", TODRE_DT(TODRE_DTYPE_I64),
-                                TODRE_DEVICE_HOST, 0);
+        st = todre_array_map(ctx, out_offsets, "out_offsets", TODRE_DT(TODRE_DTYPE_I64),
+                             TODRE_WHERE_HOST, &oo);
         if (st != TODRE_OK) return st;
-        if (out_offsets->rank != 1 || out_offsets->shape[0] != nseg + 1)
+        if (oo.rank != 1 || oo.shape[0] != nseg + 1)
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                               "out_offsets: shape must be [%lld]", (long long)(nseg + 1));
     }
 
-    if ((st = dispatch(ctx, embeddings, nseg, seg_off, seg_k, out_off, &job)) != TODRE_OK)
+    if ((st = dispatch(ctx, &emb, nseg, seg_off, seg_k, out_off, seg_pivot, &job)) != TODRE_OK)
         return st;
     if (out_offsets) {
-        int64_t *p = out_offsets->data;
-        for (int64_t b = 0; b <= nseg; b++) p[b * out_offsets->strides[0]] = out_off[b];
+        int64_t *p = oo.data;
+        for (int64_t b = 0; b <= nseg; b++) p[b * oo.strides[0]] = out_off[b];
     }
     return TODRE_OK;
 }

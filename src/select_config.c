@@ -1,125 +1,68 @@
-/* Stage-1 configuration handle: parameters, bounds, budget arithmetic. */
+/* Stage-1 configuration handle: parameters (through the table in
+ * src/params.c) and the budget arithmetic. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "core.h"
 
-#define DEFAULT_RATIO 0.10
-
-struct bounds {
-    int64_t lo, hi;
-    const char *name;
-};
-
-static int param_bounds(todre_select_param param, struct bounds *b)
-{
-    switch (param) {
-    case TODRE_SELECT_OBJECTIVE: *b = (struct bounds){0, 2, "objective"}; return 1;
-    case TODRE_SELECT_PIVOT: *b = (struct bounds){0, 5, "pivot"}; return 1;
-    case TODRE_SELECT_PIVOT_LO: *b = (struct bounds){0, INT64_MAX - 1, "pivot_lo"}; return 1;
-    case TODRE_SELECT_PIVOT_HI: *b = (struct bounds){-1, INT64_MAX, "pivot_hi"}; return 1;
-    case TODRE_SELECT_KEEP: *b = (struct bounds){0, INT64_MAX, "keep"}; return 1;
-    case TODRE_SELECT_SEED: *b = (struct bounds){INT64_MIN, INT64_MAX, "seed"}; return 1;
-    case TODRE_SELECT_ORDER: *b = (struct bounds){0, 2, "order"}; return 1;
-    }
-    return 0;
-}
-
 todre_status todre_select_config_create(todre_select_config **out)
 {
     todre_clear_error(NULL);
     if (!out) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
-    struct todre_select_config *cfg = malloc(sizeof *cfg);
-    *out = cfg;
+    struct todre_select_config *cfg = calloc(1, sizeof *cfg);
     if (!cfg) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "config: out of memory");
-    *cfg = (struct todre_select_config){
-        .objective = TODRE_OBJECTIVE_MAX_SUM,
-        .pivot = TODRE_PIVOT_AUTO,
-        .pivot_lo = 0,
-        .pivot_hi = -1,
-        .keep = 0,
-        .ratio = DEFAULT_RATIO,
-        .seed = 0,
-        .order = TODRE_ORDER_POSITION,
-    };
+    todre_param_defaults(TODRE_OWNER_SELECT, &cfg->p);
+    *out = cfg;
     return TODRE_OK;
 }
 
 void todre_select_config_destroy(todre_select_config *cfg) { free(cfg); }
 
-todre_status todre_select_param_bounds(todre_select_param param, int64_t *lo, int64_t *hi)
-{
-    todre_clear_error(NULL);
-    struct bounds b;
-    if (!param_bounds(param, &b))
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "param: unknown select parameter %d",
-                          (int)param);
-    if (!lo || !hi) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "%s: NULL", lo ? "hi" : "lo");
-    *lo = b.lo;
-    *hi = b.hi;
-    return TODRE_OK;
-}
-
-todre_status todre_select_config_set(todre_select_config *cfg, todre_select_param param,
-                                     int64_t value)
+todre_status todre_select_config_set_int(todre_select_config *cfg, todre_param param,
+                                         int64_t value)
 {
     todre_clear_error(NULL);
     if (!cfg) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
-    struct bounds b;
-    if (!param_bounds(param, &b))
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "param: unknown select parameter %d",
-                          (int)param);
-    if (value < b.lo || value > b.hi || (param == TODRE_SELECT_PIVOT_HI && value == 0))
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "%s: value %lld is out of range",
-                          b.name, (long long)value);
-    switch (param) {
-    case TODRE_SELECT_OBJECTIVE: cfg->objective = (todre_objective)value; break;
-    case TODRE_SELECT_PIVOT: cfg->pivot = (todre_pivot)value; break;
-    case TODRE_SELECT_PIVOT_LO: cfg->pivot_lo = value; break;
-    case TODRE_SELECT_PIVOT_HI: cfg->pivot_hi = value; break;
-    case TODRE_SELECT_KEEP: cfg->keep = value; break;
-    case TODRE_SELECT_SEED: cfg->seed = value; break;
-    case TODRE_SELECT_ORDER: cfg->order = (todre_order)value; break;
-    }
-    return TODRE_OK;
+    return todre_param_set_int(NULL, TODRE_OWNER_SELECT, &cfg->p, param, value);
 }
 
-todre_status todre_select_config_get(const todre_select_config *cfg, todre_select_param param,
-                                     int64_t *value)
+todre_status todre_select_config_get_int(const todre_select_config *cfg, todre_param param,
+                                         int64_t *value)
 {
     todre_clear_error(NULL);
     if (!cfg) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
-    if (!value) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "value: NULL");
-    switch (param) {
-    case TODRE_SELECT_OBJECTIVE: *value = cfg->objective; return TODRE_OK;
-    case TODRE_SELECT_PIVOT: *value = cfg->pivot; return TODRE_OK;
-    case TODRE_SELECT_PIVOT_LO: *value = cfg->pivot_lo; return TODRE_OK;
-    case TODRE_SELECT_PIVOT_HI: *value = cfg->pivot_hi; return TODRE_OK;
-    case TODRE_SELECT_KEEP: *value = cfg->keep; return TODRE_OK;
-    case TODRE_SELECT_SEED: *value = cfg->seed; return TODRE_OK;
-    case TODRE_SELECT_ORDER: *value = cfg->order; return TODRE_OK;
-    }
-    return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "param: unknown select parameter %d",
-                      (int)param);
+    return todre_param_get_int(NULL, TODRE_OWNER_SELECT, &cfg->p, param, value);
 }
 
-todre_status todre_select_config_set_ratio(todre_select_config *cfg, double ratio)
+todre_status todre_select_config_set_double(todre_select_config *cfg, todre_param param,
+                                            double value)
 {
     todre_clear_error(NULL);
     if (!cfg) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
-    if (!(ratio > 0.0 && ratio <= 1.0)) /* also rejects NaN */
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ratio: %g is outside (0, 1]", ratio);
-    cfg->ratio = ratio;
-    cfg->keep = 0;
-    return TODRE_OK;
+    todre_status st = todre_param_set_double(NULL, TODRE_OWNER_SELECT, &cfg->p, param, value);
+    /* Setting the ratio selects the ratio budget (header: KEEP becomes 0). */
+    if (st == TODRE_OK && param == TODRE_SELECT_RATIO) cfg->p.keep = 0;
+    return st;
 }
 
-todre_status todre_select_config_get_ratio(const todre_select_config *cfg, double *ratio)
+todre_status todre_select_config_get_double(const todre_select_config *cfg, todre_param param,
+                                            double *value)
 {
     todre_clear_error(NULL);
     if (!cfg) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
-    if (!ratio) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ratio: NULL");
-    *ratio = cfg->ratio;
+    return todre_param_get_double(NULL, TODRE_OWNER_SELECT, &cfg->p, param, value);
+}
+
+todre_status todre_select_config_reset(todre_select_config *cfg, todre_reset what)
+{
+    todre_clear_error(NULL);
+    if (!cfg) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
+    if (what != TODRE_RESET_STATE && what != TODRE_RESET_PARAMS && what != TODRE_RESET_ALL)
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                          "what: %d is not a todre_reset value (1 STATE, 2 PARAMS, 3 ALL)",
+                          (int)what);
+    /* A configuration has no state: STATE alone is a no-op. */
+    if (what & TODRE_RESET_PARAMS) todre_param_defaults(TODRE_OWNER_SELECT, &cfg->p);
     return TODRE_OK;
 }
 
@@ -130,18 +73,17 @@ todre_status todre_resolve_keep(struct todre_context *ctx, const struct todre_se
     if (n < 1)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "n: %lld tokens; need at least 1",
                           (long long)n);
-    if (cfg->keep > 0) {
-        if (cfg->keep > n)
+    if (cfg->p.keep > 0) {
+        if (cfg->p.keep > n)
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                              "keep: k = %lld exceeds the %lld tokens", (long long)cfg->keep,
+                              "keep: k = %lld exceeds the %lld tokens", (long long)cfg->p.keep,
                               (long long)n);
-        *k = cfg->keep;
+        *k = cfg->p.keep;
         return TODRE_OK;
     }
-    double kk = floor(cfg->ratio * (double)n + 0.5);
+    double kk = floor(cfg->p.ratio * (double)n + 0.5);
     if (kk < 1.0) kk = 1.0;
-    if (kk > (double)n) kk = (double)n;
-    *k = (int64_t)kk;
+    *k = kk >= (double)n ? n : (int64_t)kk; /* no (int64_t) of 2^63 */
     return TODRE_OK;
 }
 

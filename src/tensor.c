@@ -1,199 +1,219 @@
-/* Tensor descriptors: non-owning views of caller memory. */
-#include <stdlib.h>
+/* DLTensor arguments: the one place DLPack codes are interpreted. Each
+ * array argument is mapped, per call, into a struct todre_array on the
+ * caller's stack (no allocation) and checked: dtype, device, rank, shape,
+ * strides, data and int64 extents. Messages name the argument. */
+#include <stdio.h>
 #include <string.h>
 
 #include "core.h"
-#include "dlpack_abi.h"
 
-size_t todre_dtype_size(todre_dtype dt)
-{
-    switch (dt) {
-    case TODRE_DTYPE_F32: return 4;
-    case TODRE_DTYPE_F16: return 2;
-    case TODRE_DTYPE_BF16: return 2;
-    case TODRE_DTYPE_I32: return 4;
-    case TODRE_DTYPE_I64: return 8;
-    case TODRE_DTYPE_U8: return 1;
-    }
-    return 0;
-}
+/* DLPack's bool type code (DLPack >= 0.8; the vendored 0.6 header lacks it). */
+#define DL_BOOL_CODE 6u
 
-const char *todre_dtype_name(todre_dtype dt)
+static int map_dtype(DLDataType t, todre_dtype *out)
 {
-    switch (dt) {
-    case TODRE_DTYPE_F32: return "f32";
-    case TODRE_DTYPE_F16: return "f16";
-    case TODRE_DTYPE_BF16: return "bf16";
-    case TODRE_DTYPE_I32: return "i32";
-    case TODRE_DTYPE_I64: return "i64";
-    case TODRE_DTYPE_U8: return "u8";
-    }
-    return "unknown";
-}
-
-int todre_dtype_is_float(todre_dtype dt)
-{
-    return dt == TODRE_DTYPE_F32 || dt == TODRE_DTYPE_F16 || dt == TODRE_DTYPE_BF16;
-}
-
-/* Shared by both constructors: everything but the data pointer is checked. */
-static todre_status tensor_init(struct todre_tensor *t, void *data, todre_dtype dtype,
-                                todre_device_type device, int device_index, int rank,
-                                const int64_t *shape, const int64_t *strides)
-{
-    if (todre_dtype_size(dtype) == 0)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "dtype: unknown value %d", (int)dtype);
-    if (device != TODRE_DEVICE_HOST && device != TODRE_DEVICE_CUDA)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "device: unknown value %d", (int)device);
-    if (device_index < 0)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "device_index: %d is negative", device_index);
-    if (rank < 0 || rank > TODRE_MAX_RANK)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rank: %d is outside [0, %d]", rank,
-                          TODRE_MAX_RANK);
-    if (rank > 0 && !shape)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "shape: NULL with rank %d", rank);
-    int64_t count = 1;
-    for (int i = 0; i < rank; i++) {
-        if (shape[i] < 0)
-            return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "shape[%d]: %lld is negative", i,
-                              (long long)shape[i]);
-        if (shape[i] > 0 && count > INT64_MAX / shape[i])
-            return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "shape: element count overflows");
-        count *= shape[i];
-    }
-    if (!data && count > 0)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "data: NULL for a non-empty tensor");
-    memset(t, 0, sizeof *t);
-    t->data = data;
-    t->dtype = dtype;
-    t->device = device;
-    t->device_index = device == TODRE_DEVICE_HOST ? 0 : device_index;
-    t->rank = rank;
-    int64_t contiguous = 1;
-    for (int i = rank - 1; i >= 0; i--) {
-        t->shape[i] = shape[i];
-        if (strides) {
-            if (strides[i] < 0)
-                return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
-                                  "strides[%d]: %lld is negative", i, (long long)strides[i]);
-            t->strides[i] = strides[i];
-        } else {
-            t->strides[i] = contiguous;
-        }
-        contiguous *= shape[i] > 0 ? shape[i] : 1;
-    }
-    return TODRE_OK;
-}
-
-todre_status todre_tensor_create(void *data, todre_dtype dtype, todre_device_type device,
-                                 int device_index, int rank, const int64_t *shape,
-                                 const int64_t *strides, todre_tensor **out)
-{
-    todre_clear_error(NULL);
-    if (!out) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
-    *out = NULL;
-    struct todre_tensor tmp;
-    todre_status st = tensor_init(&tmp, data, dtype, device, device_index, rank, shape, strides);
-    if (st != TODRE_OK) return st;
-    struct todre_tensor *t = malloc(sizeof *t);
-    if (!t) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "tensor: out of memory");
-    *t = tmp;
-    *out = t;
-    return TODRE_OK;
-}
-
-static todre_status dl_dtype(const struct todre_dl_dtype *d, todre_dtype *out)
-{
-    if (d->lanes != 1)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "dl_tensor: dtype lanes %u (only 1)",
-                          (unsigned)d->lanes);
-    if (d->code == TODRE_DL_FLOAT && d->bits == 32) *out = TODRE_DTYPE_F32;
-    else if (d->code == TODRE_DL_FLOAT && d->bits == 16) *out = TODRE_DTYPE_F16;
-    else if (d->code == TODRE_DL_BFLOAT && d->bits == 16) *out = TODRE_DTYPE_BF16;
-    else if (d->code == TODRE_DL_INT && d->bits == 32) *out = TODRE_DTYPE_I32;
-    else if (d->code == TODRE_DL_INT && d->bits == 64) *out = TODRE_DTYPE_I64;
-    else if ((d->code == TODRE_DL_UINT || d->code == TODRE_DL_BOOL) && d->bits == 8) *out = TODRE_DTYPE_U8;
-    else
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
-                          "dl_tensor: unsupported dtype (code %u, bits %u)", (unsigned)d->code,
-                          (unsigned)d->bits);
-    return TODRE_OK;
-}
-
-todre_status todre_tensor_from_dlpack(const void *dl_tensor, todre_tensor **out)
-{
-    todre_clear_error(NULL);
-    if (!out) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
-    *out = NULL;
-    if (!dl_tensor) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "dl_tensor: NULL");
-    const struct todre_dl_tensor *dl = dl_tensor;
-    todre_device_type device;
-    switch (dl->device.device_type) {
-    case TODRE_DL_CPU:
-    case TODRE_DL_CUDA_HOST: device = TODRE_DEVICE_HOST; break;
-    case TODRE_DL_CUDA:
-    case TODRE_DL_CUDA_MANAGED: device = TODRE_DEVICE_CUDA; break;
+    if (t.lanes != 1) return 0;
+    switch (t.code) {
+    case kDLFloat:
+        if (t.bits == 32) { *out = TODRE_DTYPE_F32; return 1; }
+        if (t.bits == 16) { *out = TODRE_DTYPE_F16; return 1; }
+        return 0;
+    case kDLBfloat:
+        if (t.bits == 16) { *out = TODRE_DTYPE_BF16; return 1; }
+        return 0;
+    case kDLInt:
+        if (t.bits == 32) { *out = TODRE_DTYPE_I32; return 1; }
+        if (t.bits == 64) { *out = TODRE_DTYPE_I64; return 1; }
+        return 0;
+    case kDLUInt:
+        if (t.bits == 8) { *out = TODRE_DTYPE_U8; return 1; }
+        return 0;
+    case DL_BOOL_CODE:
+        if (t.bits == 8) { *out = TODRE_DTYPE_U8; return 1; }
+        return 0;
     default:
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
-                          "dl_tensor: unsupported device type %d", (int)dl->device.device_type);
+        return 0;
     }
-    todre_dtype dtype = TODRE_DTYPE_F32;
-    todre_status st = dl_dtype(&dl->dtype, &dtype);
-    if (st != TODRE_OK) return st;
+}
+
+/* A DLPack dtype as NumPy would print it ("float64", "int16x4"). */
+static void dl_dtype_name(DLDataType t, char *buf, size_t cap)
+{
+    const char *base;
+    switch (t.code) {
+    case kDLInt: base = "int"; break;
+    case kDLUInt: base = "uint"; break;
+    case kDLFloat: base = "float"; break;
+    case kDLBfloat: base = "bfloat"; break;
+    case kDLComplex: base = "complex"; break;
+    case kDLOpaqueHandle: base = "opaque"; break;
+    case DL_BOOL_CODE: base = "bool"; break;
+    default: base = NULL; break;
+    }
+    if (!base)
+        snprintf(buf, cap, "(code %u, bits %u, lanes %u)", (unsigned)t.code, (unsigned)t.bits,
+                 (unsigned)t.lanes);
+    else if (t.lanes != 1)
+        snprintf(buf, cap, "%s%ux%u", base, (unsigned)t.bits, (unsigned)t.lanes);
+    else
+        snprintf(buf, cap, "%s%u", base, (unsigned)t.bits);
+}
+
+/* "float32, float16, bfloat16" for a dtype bitmask. */
+static void accepted_names(unsigned dtypes, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int d = 0; d < TODRE_DTYPE_COUNT; d++) {
+        if (!(dtypes & TODRE_DT(d))) continue;
+        int w = snprintf(buf + len, cap - len, "%s%s", len ? ", " : "",
+                         todre_dtype_name((todre_dtype)d));
+        if (w < 0 || (size_t)w >= cap - len) break;
+        len += (size_t)w;
+    }
+}
+
+static const char *host_or_cuda(todre_device_type d)
+{
+    return d == TODRE_DEVICE_HOST ? "host" : "CUDA";
+}
+
+static todre_status check_device(struct todre_context *ctx, const struct todre_array *a,
+                                 const char *name, enum todre_where where)
+{
+    if (where == TODRE_WHERE_HOST) {
+        if (a->device != TODRE_DEVICE_HOST)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: must be in host memory",
+                              name);
+        return TODRE_OK;
+    }
+    const struct todre_backend *be = ctx->be;
+    if (where == TODRE_WHERE_ANY && a->device == TODRE_DEVICE_HOST) return TODRE_OK;
+    if (a->device != be->device_type) {
+        if (be->device_type == TODRE_DEVICE_HOST)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "%s: in %s memory but the context runs on the CPU", name,
+                              host_or_cuda(a->device));
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: in %s memory but the context runs on %s device %d", name,
+                          host_or_cuda(a->device), host_or_cuda(be->device_type), be->device);
+    }
+    if (a->device != TODRE_DEVICE_HOST && a->device_index != be->device)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: on %s device %d but the context uses device %d", name,
+                          host_or_cuda(a->device), a->device_index, be->device);
+    return TODRE_OK;
+}
+
+todre_status todre_array_map(struct todre_context *ctx, const DLTensor *dl, const char *name,
+                             unsigned dtypes, enum todre_where where, struct todre_array *a)
+{
+    if (!dl) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: NULL", name);
+
+    todre_dtype dt;
+    if (!map_dtype(dl->dtype, &dt) || !(dtypes & TODRE_DT(dt))) {
+        char have[48], want[64];
+        dl_dtype_name(dl->dtype, have, sizeof have);
+        accepted_names(dtypes, want, sizeof want);
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: dtype %s is not accepted here (%s)", name, have, want);
+    }
+
+    switch ((int)dl->device.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost:
+        a->device = TODRE_DEVICE_HOST;
+        a->device_index = 0;
+        break;
+    case kDLCUDA:
+    case kDLCUDAManaged:
+        a->device = TODRE_DEVICE_CUDA;
+        a->device_index = dl->device.device_id;
+        if (a->device_index < 0)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: device_id %d is negative",
+                              name, a->device_index);
+        break;
+    default:
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: DLPack device type %d is not supported (kDLCPU, kDLCUDAHost, "
+                          "kDLCUDA, kDLCUDAManaged)",
+                          name, (int)dl->device.device_type);
+    }
+
     if (dl->ndim < 0 || dl->ndim > TODRE_MAX_RANK)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "dl_tensor: ndim %d is outside [0, %d]",
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: ndim %d is outside [0, %d]", name,
                           (int)dl->ndim, TODRE_MAX_RANK);
-    void *data = dl->data ? (char *)dl->data + dl->byte_offset : NULL;
-    return todre_tensor_create(data, dtype, device, device == TODRE_DEVICE_HOST ? 0 : dl->device.device_id,
-                               dl->ndim, dl->shape, dl->strides, out);
-}
+    if (dl->ndim > 0 && !dl->shape)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: shape is NULL with ndim %d", name,
+                          (int)dl->ndim);
+    a->dtype = dt;
+    a->rank = dl->ndim;
 
-void todre_tensor_destroy(todre_tensor *t) { free(t); }
-
-todre_status todre_tensor_set_data(todre_tensor *t, void *data)
-{
-    todre_clear_error(NULL);
-    if (!t) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "t: NULL");
-    int empty = 0;
-    for (int i = 0; i < t->rank; i++) empty |= t->shape[i] == 0;
-    if (!data && !empty)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "data: NULL for a non-empty tensor");
-    t->data = data;
-    return TODRE_OK;
-}
-
-todre_status todre_tensor_info(const todre_tensor *t, todre_dtype *dtype,
-                               todre_device_type *device, int *rank, int64_t *shape,
-                               int64_t *strides)
-{
-    todre_clear_error(NULL);
-    if (!t) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "t: NULL");
-    if (dtype) *dtype = t->dtype;
-    if (device) *device = t->device;
-    if (rank) *rank = t->rank;
-    for (int i = 0; i < t->rank; i++) {
-        if (shape) shape[i] = t->shape[i];
-        if (strides) strides[i] = t->strides[i];
+    /* Shape and element count. */
+    int64_t count = 1;
+    for (int i = 0; i < a->rank; i++) {
+        int64_t s = dl->shape[i];
+        if (s < 0)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: shape[%d] = %lld is negative",
+                              name, i, (long long)s);
+        if (!todre_mul_i64(count, s, &count))
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "%s: the element count overflows int64", name);
+        a->shape[i] = s;
     }
-    return TODRE_OK;
+    a->count = count;
+
+    /* Strides (elements); NULL = compact row-major. */
+    int64_t compact = 1;
+    for (int i = a->rank - 1; i >= 0; i--) {
+        if (dl->strides) {
+            if (dl->strides[i] < 0)
+                return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                                  "%s: strides[%d] = %lld is negative", name, i,
+                                  (long long)dl->strides[i]);
+            a->strides[i] = dl->strides[i];
+        } else {
+            a->strides[i] = compact;
+        }
+        /* cannot overflow: the product of all extents fits (count), or one is 0 */
+        compact *= a->shape[i] > 0 ? a->shape[i] : 1;
+    }
+
+    /* Bytes from the data pointer to one past the last element, offset
+     * included, must fit in int64 (so that every index computation does). */
+    int64_t span = 0;
+    if (count > 0) {
+        int64_t last = 0;
+        for (int i = 0; i < a->rank; i++) {
+            int64_t t;
+            if (!todre_mul_i64(a->shape[i] - 1, a->strides[i], &t) || !todre_add_i64(last, t, &last))
+                return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                                  "%s: the strided extent overflows int64", name);
+        }
+        if (!todre_add_i64(last, 1, &span) ||
+            !todre_mul_i64(span, (int64_t)todre_dtype_size(dt), &span))
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "%s: the strided extent overflows int64", name);
+    }
+    if (dl->byte_offset > (uint64_t)INT64_MAX || !todre_add_i64(span, (int64_t)dl->byte_offset, &span))
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: byte_offset %llu puts the array beyond int64", name,
+                          (unsigned long long)dl->byte_offset);
+
+    if (!dl->data && count > 0)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: data is NULL for a non-empty array",
+                          name);
+    a->data = dl->data ? (char *)dl->data + dl->byte_offset : NULL;
+
+    return check_device(ctx, a, name, where);
 }
 
-todre_status todre_check_tensor(struct todre_context *ctx, const struct todre_tensor *t,
-                                const char *name, unsigned dtypes, todre_device_type device,
-                                int device_index)
+int todre_array_is_compact(const struct todre_array *a)
 {
-    if (!t) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: NULL", name);
-    if (!(dtypes & TODRE_DT(t->dtype)))
-        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: dtype %s is not accepted here", name,
-                          todre_dtype_name(t->dtype));
-    if (t->device != device)
-        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                          "%s: lives in %s memory but the context runs on %s", name,
-                          t->device == TODRE_DEVICE_HOST ? "host" : "CUDA device",
-                          device == TODRE_DEVICE_HOST ? "the CPU" : "a CUDA device");
-    if (device == TODRE_DEVICE_CUDA && t->device_index != device_index)
-        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                          "%s: on CUDA device %d but the context uses device %d", name,
-                          t->device_index, device_index);
-    return TODRE_OK;
+    int64_t want = 1;
+    for (int i = a->rank - 1; i >= 0; i--) {
+        if (a->shape[i] != 1 && a->strides[i] != want) return a->count == 0;
+        want *= a->shape[i];
+    }
+    return 1;
 }

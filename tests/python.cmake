@@ -1,7 +1,15 @@
 # Python package tests (bindings/python/tests) under pytest, against this
-# build's libtodre and CLI, with the package imported from the source tree.
-#   python.package : the todre package (NumPy + PyTorch CPU)
+# build's libtodre (its SONAME file, libtodre.so.1) and CLI, with the package
+# imported from the source tree.
+#   python.package : the todre package (NumPy + PyTorch CPU), including
+#                    test_header.py: the package's ctypes declarations equal
+#                    include/todre/todre.h (with this build's generated
+#                    include/todre/todre_version.h)
 #   python.hf      : todre.hf on tiny random LLaVA-NeXT / Qwen2.5-VL models (offline)
+#   python.device_emu : the package's device paths (module backend registry,
+#                    contexts, todre_context_copy, stage 2 on device arrays)
+#                    on the CUDA module built for the CPU emulator
+#                    (tests/cuda_emu.cmake), when that is built
 # Dependencies: bindings/python/requirements-test.txt. Not registered in
 # sanitizer builds: the interpreter is not instrumented, and the C library is
 # covered there by the unit tests.
@@ -12,7 +20,8 @@ endif()
 
 set(_todre_py_dir ${PROJECT_SOURCE_DIR}/bindings/python)
 set(_todre_py_env ${TODRE_TEST_ENV}
-  "TODRE_LIBRARY=$<TARGET_FILE:todre>"
+  "TODRE_LIBRARY=$<TARGET_SONAME_FILE:todre>"
+  "TODRE_BUILD_INCLUDE_DIR=${PROJECT_BINARY_DIR}/include"
   "PYTHONPATH=${_todre_py_dir}/src"
   "HF_HUB_OFFLINE=1" "TRANSFORMERS_OFFLINE=1" "TOKENIZERS_PARALLELISM=false"
   "PYTHONDONTWRITEBYTECODE=1")
@@ -30,6 +39,20 @@ add_test(NAME python.hf
 set_tests_properties(python.package python.hf PROPERTIES
   ENVIRONMENT "${_todre_py_env}" TIMEOUT 900)
 
+# The registry is scanned once per process, so the emulated module is named in
+# the environment of a process of its own; only test_device_emu.py runs there
+# (it imports no PyTorch: a CUDA runtime loaded first would take the module's
+# CUDA symbols).
+if(TARGET todre_cuda_emu)
+  add_test(NAME python.device_emu
+    COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs
+            ${_todre_py_dir}/tests/test_device_emu.py
+    WORKING_DIRECTORY ${_todre_py_dir})
+  set_tests_properties(python.device_emu PROPERTIES
+    ENVIRONMENT "${_todre_py_env};TODRE_BACKEND_PATH=$<TARGET_FILE:todre_cuda_emu>;TODRE_TEST_EMULATED=1"
+    TIMEOUT 300)
+endif()
+
 # The Python examples must keep working: the NumPy quickstart prints the kept
 # count the ratio implies (288 of 2880), the HF script runs on its tiny model.
 add_test(NAME python.examples
@@ -37,10 +60,13 @@ add_test(NAME python.examples
           ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/python)
 set_tests_properties(python.examples PROPERTIES ENVIRONMENT "${_todre_py_env}" TIMEOUT 300)
 
-# `pip install ./bindings/python` gives an importable package; a libtodre.so.0
+# `pip install ./bindings/python` gives an importable package whose version is
+# CMakeLists.txt's (setup.py reads ../../CMakeLists.txt); a libtodre.so.1
 # copied into the package before installing is bundled and found first.
-# Works on a copy of the sources, so the tree gets no build/ or egg-info.
+# Works on a copy of the sources laid out as in the repository, so the tree
+# gets no build/ or egg-info.
 add_test(NAME python.install
-  COMMAND bash -c "set -e; t=$(mktemp -d); trap 'rm -rf $t' EXIT; cp -r \"$1\" $t/src; cp \"$2\" $t/src/src/todre/libtodre.so.0; \"$0\" -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check --target $t/site $t/src; cd $t && env -u TODRE_LIBRARY PYTHONPATH=$t/site \"$0\" -c 'import todre, todre.hf, sys; p = todre.library_path; print(p, todre.version()); sys.exit(0 if p.startswith(sys.argv[1]) else 1)' $t/site"
-          ${Python3_EXECUTABLE} ${_todre_py_dir} $<TARGET_FILE:todre>)
+  COMMAND bash -c "set -e; t=$(mktemp -d); trap 'rm -rf $t' EXIT; mkdir -p $t/repo/bindings; cp -r \"$1\" $t/repo/bindings/python; rm -rf $t/repo/bindings/python/build $t/repo/bindings/python/src/*.egg-info; cp \"$3\" $t/repo/CMakeLists.txt; cp \"$2\" $t/repo/bindings/python/src/todre/libtodre.so.1; \"$0\" -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check --target $t/site $t/repo/bindings/python; cd $t && env -u TODRE_LIBRARY PYTHONPATH=$t/site \"$0\" -c 'import importlib.metadata as m, sys, todre, todre.hf; p = todre.library_path; v = m.version(\"todre\"); print(p, todre.version(), todre.__version__, v); sys.exit(0 if p.startswith(sys.argv[1]) and todre.__version__ == v == todre.version() else 1)' $t/site"
+          ${Python3_EXECUTABLE} ${_todre_py_dir} $<TARGET_SONAME_FILE:todre>
+          ${PROJECT_SOURCE_DIR}/CMakeLists.txt)
 set_tests_properties(python.install PROPERTIES ENVIRONMENT "${_todre_py_env}" TIMEOUT 300)

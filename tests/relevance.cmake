@@ -17,3 +17,11 @@ foreach(t relevance_ref relevance_long)
     set_tests_properties(unit.${t} PROPERTIES FIXTURES_REQUIRED relevance_data)
   endif()
 endforeach()
+
+# The stage-2 test programs build warning-free.
+foreach(t test_relevance_chunked test_relevance_contract test_relevance_decision
+          test_relevance_exp test_relevance_long test_relevance_ref)
+  if(TARGET ${t})
+    target_compile_options(${t} PRIVATE ${TODRE_WARNINGS})
+  endif()
+endforeach()

@@ -24,8 +24,9 @@ add_test(NAME select.reference_py
 set_tests_properties(select.reference_py PROPERTIES ENVIRONMENT "${TODRE_TEST_ENV}" TIMEOUT 300)
 
 # The foundation/selection test programs and helpers build warning-free.
-foreach(t todre_testcommon test_errors test_context test_tensor test_select_config
-          test_select_contract test_select_reference test_select_batch)
+foreach(t todre_testcommon test_errors test_context test_dlpack test_params test_registry
+          test_select_config test_select_contract test_select_reference test_select_batch
+          test_select_rows)
   if(TARGET ${t})
     target_compile_options(${t} PRIVATE ${TODRE_WARNINGS})
   endif()

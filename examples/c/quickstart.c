@@ -56,6 +56,24 @@ static void make_tokens(uint16_t *emb, float *cls)
     }
 }
 
+/* A compact host array: what a framework's DLPack export gives you. */
+static DLTensor host_tensor(void *data, DLDataType dtype, int ndim, int64_t *shape)
+{
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.device.device_id = 0;
+    t.ndim = ndim;
+    t.dtype = dtype;
+    t.shape = shape;
+    t.strides = NULL; /* compact row-major */
+    t.byte_offset = 0;
+    return t;
+}
+
+static const DLDataType f16 = {kDLFloat, 16, 1}, f32 = {kDLFloat, 32, 1}, i64 = {kDLInt, 64, 1};
+
 #define CHECK(call)                                                              \
     do {                                                                         \
         todre_status st_ = (call);                                               \
@@ -75,7 +93,7 @@ int main(void)
     int64_t k = 0, i;
     todre_context *ctx = NULL;
     todre_select_config *cfg = NULL;
-    todre_tensor *t_emb = NULL, *t_cls = NULL, *t_out = NULL;
+    DLTensor t_emb, t_cls, t_out;
     int rc = 1;
 
     if (!emb || !cls) {
@@ -84,15 +102,16 @@ int main(void)
     }
     make_tokens(emb, cls);
 
-    /* Host memory, so a CPU context (a CUDA context takes device pointers). */
-    CHECK(todre_context_create(TODRE_BACKEND_CPU, 0, &ctx));
+    /* Host memory, so a CPU context (a CUDA context takes device memory:
+     * see todre_context_alloc() and todre_context_copy()). */
+    CHECK(todre_context_create("cpu", 0, &ctx));
 
     /* ToDRE defaults: max-sum objective, pivot = CLS argmax when a CLS map is
      * given. Keep 10%, and look for the pivot in the thumbnail only. */
     CHECK(todre_select_config_create(&cfg));
-    CHECK(todre_select_config_set_ratio(cfg, 0.10));
-    CHECK(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_LO, 0));
-    CHECK(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_HI, N_THUMBNAIL));
+    CHECK(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 0.10));
+    CHECK(todre_select_config_set_int(cfg, TODRE_SELECT_PIVOT_LO, 0));
+    CHECK(todre_select_config_set_int(cfg, TODRE_SELECT_PIVOT_HI, N_THUMBNAIL));
     CHECK(todre_select_keep_count(cfg, N_TOKENS, &k));
 
     kept = malloc(sizeof *kept * (size_t)k);
@@ -102,24 +121,18 @@ int main(void)
     }
     out_shape[0] = k;
 
-    /* Descriptors borrow the memory; nothing is copied. */
-    CHECK(todre_tensor_create(emb, TODRE_DTYPE_F16, TODRE_DEVICE_HOST, 0, 2, emb_shape, NULL,
-                              &t_emb));
-    CHECK(todre_tensor_create(cls, TODRE_DTYPE_F32, TODRE_DEVICE_HOST, 0, 1, cls_shape, NULL,
-                              &t_cls));
-    CHECK(todre_tensor_create(kept, TODRE_DTYPE_I64, TODRE_DEVICE_HOST, 0, 1, out_shape, NULL,
-                              &t_out));
+    /* DLPack views of the buffers, on the stack; nothing is copied. */
+    t_emb = host_tensor(emb, f16, 2, emb_shape);
+    t_cls = host_tensor(cls, f32, 1, cls_shape);
+    t_out = host_tensor(kept, i64, 1, out_shape);
 
-    CHECK(todre_select(ctx, cfg, t_emb, t_cls, t_out));
+    CHECK(todre_select(ctx, cfg, &t_emb, &t_cls, &t_out));
 
     printf("kept %lld of %d tokens (ascending positions):\n", (long long)k, N_TOKENS);
     for (i = 0; i < k; i++)
         printf("%lld%c", (long long)kept[i], (i % 16 == 15 || i == k - 1) ? '\n' : ' ');
     rc = 0;
 done:
-    todre_tensor_destroy(t_out);
-    todre_tensor_destroy(t_cls);
-    todre_tensor_destroy(t_emb);
     todre_select_config_destroy(cfg);
     todre_context_destroy(ctx);
     free(kept);

@@ -1,6 +1,7 @@
 // libtodre quickstart (C++): the same selection as examples/c/quickstart.c,
-// with the C handles owned by std::unique_ptr and failures turned into
-// exceptions. Copy the wrappers (namespace todre_cpp) into your project.
+// with the C handles owned by std::unique_ptr, arrays passed as DLPack views
+// (HostView) and failures turned into exceptions. Copy the wrappers
+// (namespace todre_cpp) into your project.
 //
 // Build: c++ -std=c++17 quickstart.cpp $(pkg-config --cflags --libs todre)
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <todre/todre.h>
@@ -30,12 +32,12 @@ struct Deleter {
 using Context = std::unique_ptr<todre_context, Deleter<todre_context, todre_context_destroy>>;
 using SelectConfig =
     std::unique_ptr<todre_select_config, Deleter<todre_select_config, todre_select_config_destroy>>;
-using Tensor = std::unique_ptr<todre_tensor, Deleter<todre_tensor, todre_tensor_destroy>>;
 
-inline Context make_context(todre_backend_kind kind, int device = 0)
+// backend: "cpu", "cuda", or "auto" (a GPU backend that can run here, else the CPU).
+inline Context make_context(const char *backend, int device = 0)
 {
     todre_context *ctx = nullptr;
-    check(todre_context_create(kind, device, &ctx), "todre_context_create");
+    check(todre_context_create(backend, device, &ctx), "todre_context_create");
     return Context(ctx);
 }
 
@@ -46,17 +48,33 @@ inline SelectConfig make_select_config()
     return SelectConfig(cfg);
 }
 
-// A host descriptor over a contiguous buffer; the buffer must outlive it.
-template <class T>
-Tensor host_tensor(T *data, todre_dtype dtype, std::vector<int64_t> shape)
-{
-    todre_tensor *t = nullptr;
-    check(todre_tensor_create(const_cast<void *>(static_cast<const void *>(data)), dtype,
-                              TODRE_DEVICE_HOST, 0, static_cast<int>(shape.size()), shape.data(),
-                              nullptr, &t),
-          "todre_tensor_create");
-    return Tensor(t);
-}
+constexpr DLDataType kF16{kDLFloat, 16, 1}, kF32{kDLFloat, 32, 1}, kI64{kDLInt, 64, 1};
+
+// A DLPack view of a contiguous host buffer (what a framework's DLPack export
+// gives you). It owns its shape, which the DLTensor points to, so it is
+// neither copied nor moved; the buffer must outlive it. Nothing is allocated
+// by the library per array.
+class HostView {
+public:
+    HostView(const void *data, DLDataType dtype, std::vector<int64_t> shape)
+        : shape_(std::move(shape))
+    {
+        tensor_.data = const_cast<void *>(data); // the library writes only outputs
+        tensor_.device = DLDevice{kDLCPU, 0};
+        tensor_.ndim = static_cast<int32_t>(shape_.size());
+        tensor_.dtype = dtype;
+        tensor_.shape = shape_.data();
+        tensor_.strides = nullptr; // compact row-major
+        tensor_.byte_offset = 0;
+    }
+    HostView(const HostView &) = delete;
+    HostView &operator=(const HostView &) = delete;
+    const DLTensor *get() const { return &tensor_; }
+
+private:
+    std::vector<int64_t> shape_;
+    DLTensor tensor_{};
+};
 
 } // namespace todre_cpp
 
@@ -109,22 +127,24 @@ int main()
         std::vector<float> cls(static_cast<size_t>(kTokens));
         make_tokens(emb, cls);
 
-        // Host memory, so a CPU context (a CUDA context takes device pointers).
-        Context ctx = make_context(TODRE_BACKEND_CPU);
+        // Host memory, so a CPU context (a CUDA context takes device memory:
+        // see todre_context_alloc() and todre_context_copy()).
+        Context ctx = make_context("cpu");
 
         // Max-sum objective, CLS pivot searched in the thumbnail, keep 10%.
         SelectConfig cfg = make_select_config();
-        check(todre_select_config_set_ratio(cfg.get(), 0.10), "set_ratio");
-        check(todre_select_config_set(cfg.get(), TODRE_SELECT_PIVOT_LO, 0), "pivot_lo");
-        check(todre_select_config_set(cfg.get(), TODRE_SELECT_PIVOT_HI, kThumbnail), "pivot_hi");
+        check(todre_select_config_set_double(cfg.get(), TODRE_SELECT_RATIO, 0.10), "ratio");
+        check(todre_select_config_set_int(cfg.get(), TODRE_SELECT_PIVOT_LO, 0), "pivot_lo");
+        check(todre_select_config_set_int(cfg.get(), TODRE_SELECT_PIVOT_HI, kThumbnail),
+              "pivot_hi");
         int64_t k = 0;
         check(todre_select_keep_count(cfg.get(), kTokens, &k), "todre_select_keep_count");
 
         std::vector<int64_t> kept(static_cast<size_t>(k));
-        Tensor t_emb = host_tensor(emb.data(), TODRE_DTYPE_F16, {kTokens, kDim});
-        Tensor t_cls = host_tensor(cls.data(), TODRE_DTYPE_F32, {kTokens});
-        Tensor t_out = host_tensor(kept.data(), TODRE_DTYPE_I64, {k});
-        check(todre_select(ctx.get(), cfg.get(), t_emb.get(), t_cls.get(), t_out.get()),
+        const HostView v_emb(emb.data(), kF16, {kTokens, kDim});
+        const HostView v_cls(cls.data(), kF32, {kTokens});
+        const HostView v_out(kept.data(), kI64, {k});
+        check(todre_select(ctx.get(), cfg.get(), v_emb.get(), v_cls.get(), v_out.get()),
               "todre_select");
 
         std::printf("kept %lld of %lld tokens (ascending positions):\n",

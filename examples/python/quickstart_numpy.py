@@ -6,7 +6,7 @@ tokens of width 256 in float16 (576 thumbnail tokens first, then the crops,
 as LLaVA-NeXT's AnyRes lays them out) and a CLS attention map. Arrays are read
 in place (DLPack), and the result is a NumPy int64 array.
 
-Run:  TODRE_LIBRARY=build/libtodre.so.0 python3 examples/python/quickstart_numpy.py
+Run:  TODRE_LIBRARY=build/libtodre.so.1 python3 examples/python/quickstart_numpy.py
 """
 
 import numpy as np
@@ -25,7 +25,10 @@ def make_tokens(rng):
 
 
 def main():
-    print(f"libtodre {todre.version()} from {todre.library_path}; backends {todre.backends()}")
+    print(f"libtodre {todre.version()} from {todre.library_path}; "
+          f"backends {todre.available_backends()}")
+    for dev in todre.devices():
+        print(f"  {dev.backend}:{dev.index} {dev.name} ({dev.arch})")
     emb, cls = make_tokens(np.random.default_rng(0))
 
     # Stage 1: ToDRE max-sum diversification, pivot = CLS argmax in the thumbnail.

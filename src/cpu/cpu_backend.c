@@ -1,19 +1,101 @@
-/* The CPU backend's dispatch table, instance and workspace. */
+/* The CPU backend: its registration (device enumeration and properties),
+ * dispatch table, capabilities, instance and workspace. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #include "cpu_internal.h"
+#include "select_amx.h"
+
+/* ---- capabilities --------------------------------------------------------- */
+
+/* Rough machine constants of the planner's cost model (src/select_plan.c),
+ * measured on a 2-core Xeon with AVX-512 and AMX (docs/bench_stage1.md):
+ * GEMV streams rows from cache at about 50 bytes/ns, a BLAS fp32 Gram matrix
+ * does about 135 fused multiply-adds per ns, the AMX one about 1200 bf16
+ * ones, packing / converting writes about 12 bytes/ns. All scale alike with
+ * the thread count, so only their ratios matter; near the crossover both
+ * strategies cost about the same. */
+#define CPU_GEMV_BYTES_PER_NS 50.0
+#define CPU_GRAM_FMA_PER_NS 135.0
+#define CPU_AMX_FMA_PER_NS 1200.0
+#define CPU_PACK_BYTES_PER_NS 12.0
+
+static void cpu_caps(struct todre_backend_caps *caps)
+{
+    int amx = todre_cpu_isa() == TODRE_CPU_ISA_AMX;
+    memset(caps, 0, sizeof *caps);
+    caps->strategies = 1u << TODRE_STRATEGY_GEMV | 1u << TODRE_STRATEGY_GRAM;
+    caps->gram_max_n = 0; /* host memory: only the workspace limit bounds it */
+    caps->gemv_bytes_per_ns = CPU_GEMV_BYTES_PER_NS;
+    caps->gram_fma_per_ns = CPU_GRAM_FMA_PER_NS;
+    caps->pack_bytes_per_ns = CPU_PACK_BYTES_PER_NS;
+    if (amx) {
+        /* AMX multiplies bf16 pairs exactly (f16 through the exact split),
+         * in blocks of TODRE_SEL_AMX_BATCH rows; the ROWS store keeps fp32
+         * rows padded to that block */
+        caps->strategies |= 1u << TODRE_STRATEGY_ROWS;
+        caps->gram_fast_fma_per_ns = CPU_AMX_FMA_PER_NS;
+        caps->rows_batch = TODRE_SEL_AMX_BATCH;
+        caps->rows_row_bytes_per_n = (int64_t)sizeof(float);
+    }
+}
+
+/* ---- instance --------------------------------------------------------------- */
+
+static void cpu_trim(struct todre_backend *base)
+{
+    struct todre_cpu_backend *be = (struct todre_cpu_backend *)base;
+    for (int i = 0; i < TODRE_CPU_WS_COUNT; i++) {
+        free(be->ws[i]);
+        be->ws[i] = NULL;
+        be->ws_size[i] = 0;
+    }
+}
 
 static void cpu_destroy(struct todre_backend *base)
 {
-    struct todre_cpu_backend *be = (struct todre_cpu_backend *)base;
-    if (!be) return;
-    for (int i = 0; i < TODRE_CPU_WS_COUNT; i++) free(be->ws[i]);
-    free(be);
+    if (!base) return;
+    cpu_trim(base);
+    free(base);
+}
+
+static todre_status cpu_mem_alloc(struct todre_backend *be, size_t bytes, void **ptr,
+                                  struct todre_diag *diag)
+{
+    (void)be;
+    void *p = NULL;
+    if (bytes == 0 || posix_memalign(&p, 256, bytes) != 0)
+        return todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY,
+                              "bytes: cannot allocate %zu bytes of host memory", bytes);
+    *ptr = p;
+    return TODRE_OK;
+}
+
+static todre_status cpu_mem_free(struct todre_backend *be, void *ptr, struct todre_diag *diag)
+{
+    (void)be;
+    (void)diag;
+    free(ptr);
+    return TODRE_OK;
+}
+
+/* Both sides are host memory on the CPU, whatever dst_dev / src_dev say. */
+static todre_status cpu_mem_copy(struct todre_backend *be, void *dst, int dst_dev,
+                                 const void *src, int src_dev, size_t bytes,
+                                 struct todre_diag *diag)
+{
+    (void)be;
+    (void)dst_dev;
+    (void)src_dev;
+    (void)diag;
+    if (bytes) memmove(dst, src, bytes);
+    return TODRE_OK;
 }
 
 static const struct todre_backend_ops cpu_ops = {
@@ -24,17 +106,26 @@ static const struct todre_backend_ops cpu_ops = {
     .relevance_qk = todre_cpu_relevance_qk,
     .set_stream = NULL,  /* only the NULL stream */
     .synchronize = NULL, /* synchronous */
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .mem_copy = cpu_mem_copy,
+    .trim = cpu_trim,
     .destroy = cpu_destroy,
 };
 
-todre_status todre_cpu_backend_create(struct todre_backend **out, struct todre_diag *diag)
+static todre_status cpu_create(int device, struct todre_backend **out, struct todre_diag *diag)
 {
-    (void)diag;
+    if (device != 0)
+        return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
+                              "device: %d is not a CPU device (only 0)", device);
     struct todre_cpu_backend *be = calloc(1, sizeof *be);
-    if (!be) return TODRE_ERR_OUT_OF_MEMORY;
+    if (!be)
+        return todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY,
+                              "backend: cannot allocate the CPU backend instance");
     be->base.ops = &cpu_ops;
     be->base.device_type = TODRE_DEVICE_HOST;
     be->base.device = 0;
+    cpu_caps(&be->base.caps);
     *out = &be->base;
     return TODRE_OK;
 }
@@ -52,14 +143,76 @@ void *todre_cpu_workspace(struct todre_cpu_backend *be, enum todre_cpu_ws_slot s
     return p;
 }
 
+int todre_cpu_default_threads(void)
+{
+#ifdef _OPENMP
+    int n = omp_get_num_procs();
+    return n > 0 ? n : 1;
+#else
+    return 1;
+#endif
+}
+
 int todre_cpu_threads(const struct todre_cpu_backend *be)
 {
     int64_t n = be->base.params.num_threads;
-#ifdef _OPENMP
-    int avail = omp_get_num_procs();
-#else
-    int avail = 1;
-#endif
+    int avail = todre_cpu_default_threads();
     if (n <= 0 || n > avail) return avail;
     return (int)n;
 }
+
+/* ---- registration -------------------------------------------------------- */
+
+static todre_status cpu_device_count(int *count, struct todre_diag *diag)
+{
+    (void)diag;
+    *count = 1;
+    return TODRE_OK;
+}
+
+/* The "model name" of the first processor in /proc/cpuinfo, or "CPU". */
+static void cpu_model_name(char *name, size_t cap)
+{
+    snprintf(name, cap, "CPU");
+    FILE *f = fopen("/proc/cpuinfo", "re");
+    if (!f) return;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (!v) continue;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        size_t len = strcspn(v, "\r\n");
+        while (len > 0 && (v[len - 1] == ' ' || v[len - 1] == '\t')) len--;
+        if (len > 0) snprintf(name, cap, "%.*s", (int)len, v);
+        break;
+    }
+    fclose(f);
+}
+
+static todre_status cpu_device_props(int device, struct todre_backend_device_props *props,
+                                     struct todre_diag *diag)
+{
+    if (device != 0)
+        return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
+                              "device: %d is not a CPU device (only 0)", device);
+    memset(props, 0, sizeof *props);
+    cpu_model_name(props->name, sizeof props->name);
+    snprintf(props->arch, sizeof props->arch, "%s", todre_cpu_isa_name(todre_cpu_isa()));
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    props->total_memory = pages > 0 && page > 0 ? (int64_t)pages * (int64_t)page : 0;
+    props->compute_major = 0;
+    props->compute_minor = 0;
+    props->cores = todre_cpu_default_threads();
+    return TODRE_OK;
+}
+
+const struct todre_backend_reg todre_cpu_backend_reg = {
+    .abi_version = TODRE_BACKEND_ABI_VERSION,
+    .name = "cpu",
+    .dl_device_type = kDLCPU,
+    .device_count = cpu_device_count,
+    .device_props = cpu_device_props,
+    .create = cpu_create,
+};

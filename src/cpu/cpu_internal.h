@@ -4,6 +4,7 @@
 #define TODRE_SRC_CPU_INTERNAL_H
 
 #include "../backend.h"
+#include "cpu_isa.h"
 
 /* Workspace slots: each kernel family owns one so that their buffers never
  * alias. A slot grows (never shrinks) and is reused across calls: after the
@@ -27,10 +28,16 @@ struct todre_cpu_backend {
  * TODRE_ERR_OUT_OF_MEMORY). */
 void *todre_cpu_workspace(struct todre_cpu_backend *be, enum todre_cpu_ws_slot slot, size_t bytes);
 
-/* Threads to use for a call (params.num_threads, or all available). */
+/* Threads for the backend's own OpenMP regions in a call: params.num_threads,
+ * or todre_cpu_default_threads() when 0 (or above it). Used only in
+ * num_threads clauses: no process-wide OpenMP or OpenBLAS setting is ever
+ * changed, so BLAS calls run with OpenBLAS's own thread count. */
 int todre_cpu_threads(const struct todre_cpu_backend *be);
 
-/* Kernels (src/cpu/select.c, src/cpu/relevance.c). */
+/* Threads a context uses by default: the processors available to the process. */
+int todre_cpu_default_threads(void);
+
+/* Kernels (src/cpu/select.c, src/cpu/relevance.c, src/cpu/relevance_qk.c). */
 todre_status todre_cpu_select(struct todre_backend *be, const struct todre_select_job *job,
                               struct todre_diag *diag);
 todre_status todre_cpu_relevance_probs(struct todre_backend *be,

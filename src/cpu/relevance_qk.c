@@ -19,6 +19,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <cblas.h>
 
@@ -43,6 +44,11 @@ struct qk_item_result {
     int64_t index; /* first bad query row (q, scores) or key row (k) */
 };
 
+/* block_update_body() for one ISA level. */
+typedef void (*block_update_fn)(const float *restrict, int64_t, const int64_t *, int64_t,
+                                int64_t, int64_t, const float *restrict, const float *restrict,
+                                float *, double *, double *, double *);
+
 /* Per-thread scratch; all sizes depend on the block sizes and dh only. */
 struct qk_scratch {
     float *qbuf;   /* [BR_MAX, dh] */
@@ -52,6 +58,7 @@ struct qk_scratch {
     float *rmax;   /* [BR_MAX] running max per row */
     double *sall, *svis, *stxt; /* [BR_MAX] running sums per row */
     int64_t *rows, *pos; /* [BR_MAX] query index and position */
+    block_update_fn update; /* block_update_body for the ISA level in use */
 };
 
 struct qk_seq_plan {
@@ -132,11 +139,28 @@ static const float *key_block(const struct todre_relevance_qk_job *job, int64_t 
     return kbuf;
 }
 
+/* Signed integers ordered as the floats they encode (no NaN here: scores
+ * of finite inputs; -0 sorts below +0, which changes no exp or ratio). The
+ * map is its own inverse. */
+static inline int32_t float_key(float x)
+{
+    int32_t i;
+    memcpy(&i, &x, sizeof i);
+    return i ^ (int32_t)((uint32_t)(i >> 31) >> 1);
+}
+static inline float key_float(int32_t k)
+{
+    int32_t i = k ^ (int32_t)((uint32_t)(k >> 31) >> 1);
+    float x;
+    memcpy(&x, &i, sizeof x);
+    return x;
+}
+
 /* Fold a [nr, nk] score block (keys j0..j0+nk-1) into the rows' online
- * softmax state; row r sees keys up to pos[r]. Cloned for wider vectors:
- * each machine always runs the same clone, so results stay reproducible. */
-TODRE_REL_CLONES
-static void block_update(const float *restrict scores, int64_t ld, const int64_t *pos, int64_t nr,
+ * softmax state; row r sees keys up to pos[r]. One variant per ISA level
+ * (relevance_util.h): each machine always runs the same one, so results
+ * stay reproducible. */
+TODRE_REL_BODY void block_update_body(const float *restrict scores, int64_t ld, const int64_t *pos, int64_t nr,
                          int64_t j0, int64_t nk, const float *restrict mvis,
                          const float *restrict mtxt, float *rmax, double *sall, double *svis,
                          double *stxt)
@@ -145,9 +169,15 @@ static void block_update(const float *restrict scores, int64_t ld, const int64_t
         const int64_t nv = pos[r] - j0 + 1 < nk ? pos[r] - j0 + 1 : nk;
         if (nv <= 0) continue;
         const float *restrict s = scores + r * ld;
-        float mb = -INFINITY;
-#pragma omp simd reduction(max : mb)
-        for (int64_t j = 0; j < nv; j++) mb = s[j] > mb ? s[j] : mb;
+        /* the max through order-preserving integer keys: a float max
+         * reduction does not vectorise in clang without -ffast-math */
+        int32_t kb = float_key(-INFINITY);
+#pragma omp simd reduction(max : kb)
+        for (int64_t j = 0; j < nv; j++) {
+            int32_t kj = float_key(s[j]);
+            kb = kj > kb ? kj : kb;
+        }
+        const float mb = key_float(kb);
         if (mb > rmax[r]) {
             /* The factor scales all three sums alike, so its rounding cancels in
              * the ratios; the first block has rmax = -inf and sums of 0. */
@@ -170,6 +200,35 @@ static void block_update(const float *restrict scores, int64_t ld, const int64_t
         svis[r] += v;
         stxt[r] += t;
     }
+}
+
+#define BLOCK_UPDATE_VARIANT(attr, suffix)                                                  \
+    attr static void block_update_##suffix(const float *restrict scores, int64_t ld,          \
+                                           const int64_t *pos, int64_t nr, int64_t j0,        \
+                                           int64_t nk, const float *restrict mvis,            \
+                                           const float *restrict mtxt, float *rmax,           \
+                                           double *sall, double *svis, double *stxt)          \
+    {                                                                                         \
+        block_update_body(scores, ld, pos, nr, j0, nk, mvis, mtxt, rmax, sall, svis, stxt);   \
+    }
+
+BLOCK_UPDATE_VARIANT(, generic)
+#ifdef TODRE_REL_X86
+BLOCK_UPDATE_VARIANT(TODRE_REL_AVX2, avx2)
+BLOCK_UPDATE_VARIANT(TODRE_REL_AVX512, avx512)
+#endif
+
+static block_update_fn block_update_for(enum todre_rel_level level)
+{
+#ifdef TODRE_REL_X86
+    switch (level) {
+    case TODRE_REL_LEVEL_AVX512: return block_update_avx512;
+    case TODRE_REL_LEVEL_AVX2: return block_update_avx2;
+    case TODRE_REL_GENERIC: break;
+    }
+#endif
+    (void)level;
+    return block_update_generic;
 }
 
 /* One row block of head h: rows s->rows[0..nr) at positions s->pos[] (sorted). */
@@ -197,7 +256,7 @@ static int process_block(const struct todre_relevance_qk_job *job, const struct 
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nk, (int)dh,
                     (float)job->scale, s->qbuf, (int)dh, kb, ld, 0.0f, s->scores, (int)pl->bk);
-        block_update(s->scores, pl->bk, s->pos, nr, j0, nk, s->mvis, s->mtxt, s->rmax, s->sall,
+        s->update(s->scores, pl->bk, s->pos, nr, j0, nk, s->mvis, s->mtxt, s->rmax, s->sall,
                      s->svis, s->stxt);
     }
     for (int64_t r = 0; r < nr; r++) {
@@ -291,6 +350,7 @@ todre_status todre_cpu_relevance_qk(struct todre_backend *base,
     const struct todre_relevance_common *c = &job->c;
     const int64_t H = c->H, G = H / job->H_kv;
     int nt = todre_cpu_threads(be);
+    block_update_fn update = block_update_for(todre_rel_level());
     if (job->dh > DH_MAX)
         return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED, "q: head dim %lld is above %lld (CPU backend)",
                     (long long)job->dh, (long long)DH_MAX);
@@ -316,6 +376,7 @@ todre_status todre_cpu_relevance_qk(struct todre_backend *base,
 #endif
         struct qk_scratch s;
         scratch_carve(ws + (size_t)tid * per_thread, job->dh, &s);
+        s.update = update;
 #pragma omp for schedule(dynamic, 1)
         for (int64_t it = 0; it < c->B * H; it++) {
             int64_t b = it / H, h = it % H;

@@ -2,15 +2,24 @@
 #include "relevance_util.h"
 
 #include "../half.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define TODRE_REL_X86 1
-#endif
+#include "cpu_isa.h"
 
 #ifdef TODRE_REL_X86
-/* The portable f16 decoder has branches GCC cannot vectorise; F16C converts
- * eight values per instruction, exactly, Inf and NaN included. */
+#include <immintrin.h>
+#endif
+
+enum todre_rel_level todre_rel_level(void)
+{
+    enum todre_cpu_isa isa = todre_cpu_isa();
+    if (isa >= TODRE_CPU_ISA_AVX512) return TODRE_REL_LEVEL_AVX512;
+    if (isa >= TODRE_CPU_ISA_AVX2) return TODRE_REL_LEVEL_AVX2;
+    return TODRE_REL_GENERIC;
+}
+
+#ifdef TODRE_REL_X86
+/* The portable f16 decoder has branches GCC cannot vectorise; F16C (part of
+ * the AVX2 level) converts eight values per instruction, exactly, Inf and NaN
+ * included. */
 __attribute__((target("avx,f16c"))) static void load_f16_f16c(float *dst, const uint16_t *src,
                                                               int64_t n)
 {
@@ -19,19 +28,12 @@ __attribute__((target("avx,f16c"))) static void load_f16_f16c(float *dst, const 
         _mm256_storeu_ps(dst + e, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + e))));
     for (; e < n; e++) dst[e] = todre_f16_to_f32(src[e]);
 }
-
-static int have_f16c(void)
-{
-    static int cached = -1; /* benign race: every thread computes the same value */
-    if (cached < 0) cached = __builtin_cpu_supports("f16c") ? 1 : 0;
-    return cached;
-}
 #endif
 
 static void load_f16(float *dst, const uint16_t *src, int64_t stride, int64_t n)
 {
 #ifdef TODRE_REL_X86
-    if (stride == 1 && have_f16c()) {
+    if (stride == 1 && todre_rel_level() >= TODRE_REL_LEVEL_AVX2) {
         load_f16_f16c(dst, src, n);
         return;
     }
@@ -61,7 +63,7 @@ void todre_rel_load(float *dst, const void *src, todre_dtype dt, int64_t stride,
 }
 
 /* A value is NaN or Inf exactly when all its exponent bits are set. */
-TODRE_REL_CLONES static int finite_u32(const uint32_t *s, int64_t stride, int64_t n, uint32_t mask)
+TODRE_REL_BODY int finite_u32_body(const uint32_t *s, int64_t stride, int64_t n, uint32_t mask)
 {
     uint32_t bad = 0;
     if (stride == 1) {
@@ -73,7 +75,7 @@ TODRE_REL_CLONES static int finite_u32(const uint32_t *s, int64_t stride, int64_
     return !bad;
 }
 
-TODRE_REL_CLONES static int finite_u16(const uint16_t *s, int64_t stride, int64_t n, uint16_t mask)
+TODRE_REL_BODY int finite_u16_body(const uint16_t *s, int64_t stride, int64_t n, uint16_t mask)
 {
     uint32_t bad = 0;
     if (stride == 1) {
@@ -83,6 +85,64 @@ TODRE_REL_CLONES static int finite_u16(const uint16_t *s, int64_t stride, int64_
         for (int64_t e = 0; e < n; e++) bad |= (uint32_t)((s[e * stride] & mask) == mask);
     }
     return !bad;
+}
+
+/* Float partial sums over blocks of 256 (error ~1e-7 relative with the simd
+ * lanes), carried in double across blocks so that long rows stay exact to
+ * well below the 1e-5 the paths must agree to. */
+TODRE_REL_BODY double sum_body(const float *a, int64_t n)
+{
+    double total = 0.0;
+    for (int64_t j0 = 0; j0 < n; j0 += 256) {
+        int64_t m = n - j0 < 256 ? n - j0 : 256;
+        float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+        for (int64_t j = 0; j < m; j++) s += a[j0 + j];
+        total += s;
+    }
+    return total;
+}
+
+/* One function per level around each body (see relevance_util.h). */
+#define REL_VARIANT(attr, suffix)                                                         \
+    attr static int finite_u32_##suffix(const uint32_t *s, int64_t st, int64_t n, uint32_t m) \
+    {                                                                                     \
+        return finite_u32_body(s, st, n, m);                                              \
+    }                                                                                     \
+    attr static int finite_u16_##suffix(const uint16_t *s, int64_t st, int64_t n, uint16_t m) \
+    {                                                                                     \
+        return finite_u16_body(s, st, n, m);                                              \
+    }                                                                                     \
+    attr static double sum_##suffix(const float *a, int64_t n) { return sum_body(a, n); }
+
+REL_VARIANT(, generic)
+#ifdef TODRE_REL_X86
+REL_VARIANT(TODRE_REL_AVX2, avx2)
+REL_VARIANT(TODRE_REL_AVX512, avx512)
+#endif
+
+static int finite_u32(const uint32_t *s, int64_t stride, int64_t n, uint32_t mask)
+{
+#ifdef TODRE_REL_X86
+    switch (todre_rel_level()) {
+    case TODRE_REL_LEVEL_AVX512: return finite_u32_avx512(s, stride, n, mask);
+    case TODRE_REL_LEVEL_AVX2: return finite_u32_avx2(s, stride, n, mask);
+    case TODRE_REL_GENERIC: break;
+    }
+#endif
+    return finite_u32_generic(s, stride, n, mask);
+}
+
+static int finite_u16(const uint16_t *s, int64_t stride, int64_t n, uint16_t mask)
+{
+#ifdef TODRE_REL_X86
+    switch (todre_rel_level()) {
+    case TODRE_REL_LEVEL_AVX512: return finite_u16_avx512(s, stride, n, mask);
+    case TODRE_REL_LEVEL_AVX2: return finite_u16_avx2(s, stride, n, mask);
+    case TODRE_REL_GENERIC: break;
+    }
+#endif
+    return finite_u16_generic(s, stride, n, mask);
 }
 
 int todre_rel_finite(const void *src, todre_dtype dt, int64_t stride, int64_t n)
@@ -94,18 +154,14 @@ int todre_rel_finite(const void *src, todre_dtype dt, int64_t stride, int64_t n)
     }
 }
 
-/* Float partial sums over blocks of 256 (error ~1e-7 relative with the simd
- * lanes), carried in double across blocks so that long rows stay exact to
- * well below the 1e-5 the paths must agree to. */
-TODRE_REL_CLONES double todre_rel_sum(const float *a, int64_t n)
+double todre_rel_sum(const float *a, int64_t n)
 {
-    double total = 0.0;
-    for (int64_t j0 = 0; j0 < n; j0 += 256) {
-        int64_t m = n - j0 < 256 ? n - j0 : 256;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t j = 0; j < m; j++) s += a[j0 + j];
-        total += s;
+#ifdef TODRE_REL_X86
+    switch (todre_rel_level()) {
+    case TODRE_REL_LEVEL_AVX512: return sum_avx512(a, n);
+    case TODRE_REL_LEVEL_AVX2: return sum_avx2(a, n);
+    case TODRE_REL_GENERIC: break;
     }
-    return total;
+#endif
+    return sum_generic(a, n);
 }

@@ -10,13 +10,23 @@
 
 #include "../backend.h"
 
-/* Hot loops are compiled for AVX-512, AVX2 and the baseline, picked at load
- * time (the library itself is built for the baseline ISA). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
-#define TODRE_REL_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define TODRE_REL_CLONES
+/* Hot loops are compiled for AVX-512, AVX2 and the baseline (the library
+ * itself is built for the baseline ISA): each is written once as an
+ * always-inline body and wrapped by one function per level with
+ * TODRE_REL_AVX512 / TODRE_REL_AVX2 (per-function target attributes that gcc
+ * and clang both accept); todre_rel_level() picks the wrapper from the one
+ * ISA detection (cpu_isa.h). A machine always runs the same variant, so
+ * results are reproducible. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TODRE_REL_X86 1
+#define TODRE_REL_AVX512 __attribute__((target("avx512f")))
+#define TODRE_REL_AVX2 __attribute__((target("avx2")))
 #endif
+#define TODRE_REL_BODY static inline __attribute__((always_inline))
+
+/* Which variant of a hot loop runs here. */
+enum todre_rel_level { TODRE_REL_GENERIC = 0, TODRE_REL_LEVEL_AVX2 = 1, TODRE_REL_LEVEL_AVX512 = 2 };
+enum todre_rel_level todre_rel_level(void);
 
 static inline size_t todre_rel_esize(todre_dtype dt) { return dt == TODRE_DTYPE_F32 ? 4u : 2u; }
 

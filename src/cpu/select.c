@@ -1,10 +1,12 @@
 /* CPU stage 1, entry point: checks the data (finite), computes the inverse
  * norms of every row once, lays out the workspace, then runs each token set
- * (pivot, greedy or top-k) and writes its outputs.
+ * (pivot, greedy or top-k) with the strategy of the core's plan
+ * (job->seg_plan) and writes its outputs.
  *
  * Every check happens before any output is written, so a NONFINITE failure
  * leaves the outputs untouched. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -159,6 +161,35 @@ static void write_outputs(const struct todre_select_job *job, int64_t b, const i
     }
 }
 
+/* The plan as this set can run it. The core chose it from the capabilities
+ * (ROWS only with AMX, a store of at least one batch); a plan outside them is
+ * a bug. One case only the data reveals: a set whose rows had to be copied
+ * to fp32 (guard_range) has no AMX path left, and a ROWS plan then runs as
+ * GEMV, the strategy that needs no memory beyond O(n * d) (docs/semantics.md:
+ * every strategy gives the same selection up to near-ties). */
+static todre_status follow_plan(struct todre_sel_seg *s, struct todre_select_plan *plan,
+                                struct todre_diag *diag)
+{
+    switch (plan->strategy) {
+    case TODRE_STRATEGY_GEMV:
+    case TODRE_STRATEGY_GRAM: return TODRE_OK;
+    case TODRE_STRATEGY_ROWS: {
+        int64_t need = s->n < TODRE_SEL_AMX_BATCH ? s->n : TODRE_SEL_AMX_BATCH;
+        if (!todre_sel_amx_usable(s->job->emb_dtype) || plan->store_rows < need ||
+            plan->store_rows > s->n || s->n > INT32_MAX)
+            break;
+        if (!todre_sel_amx_usable(s->dtype)) plan->strategy = TODRE_STRATEGY_GEMV;
+        return TODRE_OK;
+    }
+    default: break;
+    }
+    return todre_diag_set(diag, TODRE_ERR_INTERNAL,
+                          "plan: strategy %d with a store of %lld rows for set %lld (n = %lld) "
+                          "is not one the CPU backend declared",
+                          (int)plan->strategy, (long long)plan->store_rows, (long long)s->index,
+                          (long long)s->n);
+}
+
 static todre_status run_set(struct todre_sel_seg *s, int64_t *sel, struct todre_diag *diag)
 {
     memset(s->taken, 0, (size_t)s->n);
@@ -192,6 +223,7 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
 
     for (int64_t b = 0; b < job->nseg; b++) {
         int64_t r0 = job->seg_offsets[b];
+        struct todre_select_plan plan = job->seg_plan[b];
         struct todre_sel_seg s = {
             .index = b, .row0 = r0, .n = job->seg_offsets[b + 1] - r0, .d = job->d,
             .k = job->seg_k[b],
@@ -201,10 +233,13 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
             .acc = (double *)(ws + L.acc), .dots = (float *)(ws + L.dots),
             .taken = (uint8_t *)(ws + L.taken), .w = (float *)(ws + L.w),
             .mu = (double *)(ws + L.mu), .near = (double *)(ws + L.near),
-            .pairs = ws + L.pairs, .be = be, .job = job, .nthreads = nt,
+            .pairs = ws + L.pairs, .be = be, .job = job, .plan = &plan, .nthreads = nt,
         };
         int64_t *sel = (int64_t *)(ws + L.sel);
-        if (job->objective != TODRE_OBJECTIVE_CLS_TOPK) st = guard_range(&s, scale + r0);
+        if (job->objective != TODRE_OBJECTIVE_CLS_TOPK) {
+            st = guard_range(&s, scale + r0);
+            if (st == TODRE_OK) st = follow_plan(&s, &plan, diag);
+        }
         if (st == TODRE_OK) st = run_set(&s, sel, diag);
         if (st == TODRE_ERR_OUT_OF_MEMORY && !diag->buf[0])
             snprintf(diag->buf, diag->cap, "workspace: out of memory in set %lld", (long long)b);

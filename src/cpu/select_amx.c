@@ -32,11 +32,11 @@
 
 #include <omp.h>
 
+#include "cpu_isa.h"
+
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 #define TODRE_SEL_AMX 1
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 #endif
 
 #define TILE_ROWS 16
@@ -54,32 +54,13 @@ int64_t todre_sel_amx_pad(int64_t x) { return (x + MICRO - 1) / MICRO * MICRO; }
 
 #ifdef TODRE_SEL_AMX
 
-#define ARCH_REQ_XCOMP_PERM 0x1023
-#define XFEATURE_XTILEDATA 18
-
-static int amx_granted(void)
-{
-    /* asked once per process; the answer does not change */
-    static int state = -1;
-    int s = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
-    if (s < 0) {
-        s = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-        __atomic_store_n(&state, s, __ATOMIC_RELEASE);
-    }
-    return s;
-}
-
+/* AMX is in use when the one ISA detection (cpu_isa.c) says so: the CPU has
+ * AMX-BF16 and the AVX-512 parts the packing uses, the OS enabled the tile
+ * state and granted it to the process, and TODRE_CPU_ISA does not cap it. */
 int todre_sel_amx_usable(todre_dtype dtype)
 {
     if (dtype != TODRE_DTYPE_F16 && dtype != TODRE_DTYPE_BF16) return 0;
-    const char *e = getenv("TODRE_CPU_ISA"); /* any cap below "best" disables AMX */
-    if (e && (strcmp(e, "scalar") == 0 || strcmp(e, "avx2") == 0 || strcmp(e, "avx512") == 0))
-        return 0;
-    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16") ||
-        !__builtin_cpu_supports("avx512bf16") || !__builtin_cpu_supports("avx512bw") ||
-        !__builtin_cpu_supports("avx512vl"))
-        return 0;
-    return amx_granted();
+    return todre_cpu_isa() == TODRE_CPU_ISA_AMX;
 }
 
 #define T_PACK __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))

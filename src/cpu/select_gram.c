@@ -14,27 +14,9 @@
 #define MIRROR_BLOCK 64
 #define MIN_NEAREST_BLOCK 64
 
-/* OpenBLAS keeps a process-wide thread count. Only a context with an explicit
- * TODRE_CONTEXT_NUM_THREADS changes it (for one BLAS call, then puts the
- * caller's value back); by default OpenBLAS's own setting is left alone, so
- * contexts on different threads never touch shared state. */
-struct blas_threads {
-    int saved, want;
-};
-static struct blas_threads blas_enter(const struct todre_sel_seg *s)
-{
-    struct blas_threads b = {0, 0};
-    if (s->be->base.params.num_threads > 0) {
-        b.saved = openblas_get_num_threads();
-        b.want = s->nthreads;
-        if (b.saved != b.want) openblas_set_num_threads(b.want);
-    }
-    return b;
-}
-static void blas_leave(struct blas_threads b)
-{
-    if (b.want && b.saved != b.want) openblas_set_num_threads(b.saved);
-}
+/* BLAS calls run with OpenBLAS's own thread count: a context's
+ * TODRE_CONTEXT_NUM_THREADS bounds only the OpenMP regions here (num_threads
+ * clauses), never a process-wide setting that other contexts would see. */
 
 todre_status todre_sel_f32_view(struct todre_sel_seg *s, struct todre_diag *diag)
 {
@@ -60,21 +42,17 @@ todre_status todre_sel_f32_view(struct todre_sel_seg *s, struct todre_diag *diag
     return TODRE_OK;
 }
 
-/* AMX computes into a matrix padded to multiples of 32 rows. */
+/* AMX computes into a matrix padded to multiples of 32 rows: it is used for
+ * a GRAM plan when the dtype has it and the padded matrix fits the
+ * workspace limit (the planner's cost model assumes the same, see
+ * src/select_plan.c); otherwise BLAS on fp32 rows. Either way the strategy
+ * is the plan's; this is only which kernel makes the matrix. */
 static int use_amx(const struct todre_sel_seg *s)
 {
     if (!todre_sel_amx_usable(s->dtype)) return 0;
     double np = (double)todre_sel_amx_pad(s->n);
     return np * np * sizeof(float) <= (double)s->be->base.params.workspace_limit;
 }
-
-int todre_sel_gram_fits(const struct todre_sel_seg *s)
-{
-    double bytes = (double)s->n * (double)s->n * sizeof(float);
-    return bytes <= (double)s->be->base.params.workspace_limit;
-}
-
-int todre_sel_gram_fast(const struct todre_sel_seg *s) { return use_amx(s); }
 
 /* Rows of ld npad -> rows of ld n, in place (forward: destinations never
  * overtake sources). */
@@ -108,20 +86,6 @@ static float *gram_amx(struct todre_sel_seg *s, todre_status *st, struct todre_d
     return g;
 }
 
-/* Rows the ROWS store may hold within the workspace limit (the batch
- * output counts too), at most n; 0 when ROWS cannot run here. Each row is
- * used at most once, so the store needs only the rows made and not yet used:
- * at least 2 batches (or n) suffice, evicting unused speculative rows. */
-int64_t todre_sel_rows_slots(const struct todre_sel_seg *s)
-{
-    if (!todre_sel_amx_usable(s->dtype) || s->n > INT32_MAX) return 0;
-    double row = (double)todre_sel_amx_pad(s->n) * sizeof(float);
-    double fit = floor((double)s->be->base.params.workspace_limit / row) - TODRE_SEL_AMX_BATCH;
-    int64_t need = s->n < 2 * TODRE_SEL_AMX_BATCH ? s->n : 2 * TODRE_SEL_AMX_BATCH;
-    if (fit < (double)need) return 0;
-    return fit < (double)s->n ? (int64_t)fit : s->n;
-}
-
 /* Slot B: B tiles of all rows | the batch's A tiles | the same swapped |
  * a block per thread;
  * slot C: the store [slots x npad] | batch output [TODRE_SEL_AMX_BATCH x npad]
@@ -136,7 +100,7 @@ todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows 
     size_t batch = (size_t)TODRE_SEL_AMX_BATCH / 16 * blk;
     uint32_t *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B,
                                       nblk * blk + 2 * batch + (size_t)s->nthreads * blk);
-    int64_t slots = todre_sel_rows_slots(s);
+    int64_t slots = s->plan->store_rows;
     size_t rows = (size_t)p.npad * (size_t)(slots + TODRE_SEL_AMX_BATCH) * sizeof(float);
     char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
                                   rows + (size_t)(s->n + 2 * slots) * sizeof(int32_t));
@@ -245,10 +209,8 @@ const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct to
         *st = TODRE_ERR_OUT_OF_MEMORY;
         return NULL;
     }
-    struct blas_threads bt = blas_enter(s);
     cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (blasint)n, (blasint)s->d, 1.0f,
                 s->f32, (blasint)s->f32_ld, 0.0f, g, (blasint)n);
-    blas_leave(bt);
     mirror_upper(g, n, s->nthreads);
     return g;
 }
@@ -294,11 +256,9 @@ todre_status todre_sel_nearest(struct todre_sel_seg *s, const float *gram, int64
     }
     for (int64_t v0 = lo; v0 < hi; v0 += rows) {
         int64_t v1 = v0 + rows < hi ? v0 + rows : hi;
-        struct blas_threads bt = blas_enter(s);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(v1 - v0), (blasint)n,
                     (blasint)s->d, 1.0f, s->f32 + v0 * s->f32_ld, (blasint)s->f32_ld, s->f32,
                     (blasint)s->f32_ld, 0.0f, blk, (blasint)n);
-        blas_leave(bt);
         nearest_rows(s, blk, n, v0, v1, near, lo);
     }
     return TODRE_OK;

@@ -1,73 +1,24 @@
 /* Greedy MAX_SUM (ToDRE) and MAX_MIN (DivPrune) from a pivot.
  *
  * Both keep one fp64 value per token, updated with s(v, c) of each newly
- * selected token c: one matrix-vector product over the n rows per step
- * (GEMV strategy: the rows are read in place, f16 / bf16 included), or one
- * row of a Gram matrix made up front (GRAM strategy), or, under AUTO with
- * AMX, one row made on demand (ROWS): when the row of the new c is not there
+ * selected token c, with the strategy the core's planner chose for the set
+ * (src/select_plan.c): one matrix-vector product over the n rows per step
+ * (GEMV: the rows are read in place, f16 / bf16 included), or one row of a
+ * Gram matrix made up front (GRAM), or, with AMX, one row made on demand
+ * (ROWS): when the row of the new c is not there
  * yet, the rows of c and of the 31 untaken tokens most likely to come next
  * (the best current values) are made together: AMX makes rows in blocks of
  * 32 anyway, and on clustered or Gaussian data 10 to 26 of them are used.
  * Any row is the same, whichever batch makes it, so the speculation changes
  * only the time, never the selection. A row is used once, so ROWS keeps only
- * rows made and not yet used, in a store sized by the workspace limit (any
- * n): a full store evicts the speculative rows least likely to be used, and
+ * rows made and not yet used, in a store the planner sized by the workspace
+ * limit (any n): a full store evicts the speculative rows least likely to be used, and
  * an evicted row is made again if its token is selected. The per-row products
  * are independent and the arg-min / arg-max is a serial scan, so the result
  * does not depend on the thread count. */
 #include <math.h>
 
 #include "select_internal.h"
-
-/* Rough machine constants of the AUTO cost model, measured on a 2-core
- * Xeon with AVX-512 and AMX (docs/bench_stage1.md): GEMV streams rows from
- * cache at about 50 bytes/ns, a BLAS fp32 Gram matrix does about 135 fused
- * multiply-adds per ns, the AMX one about 1200 bf16 ones, packing writes
- * about 12 bytes/ns. All scale alike with the thread count, so only their
- * ratios matter; near the crossover both strategies cost about the same. */
-#define GEMV_BYTES_PER_NS 50.0
-#define GRAM_FMA_PER_NS 135.0
-#define AMX_FMA_PER_NS 1200.0
-#define PACK_BYTES_PER_NS 12.0
-/* ROWS: rows used per batch of 32, measured 10 to 26 on clustered and
- * Gaussian data (docs/bench_stage1.md), taken low. A batch runs at about
- * the Gram matrix's product rate. */
-#define ROWS_PER_BATCH 10.0
-
-enum plan { PLAN_GEMV, PLAN_GRAM, PLAN_ROWS };
-
-static enum plan choose(const struct todre_sel_seg *s)
-{
-    int64_t strategy = s->be->base.params.strategy, slots = todre_sel_rows_slots(s);
-    int fits = todre_sel_gram_fits(s);
-    if (strategy == TODRE_STRATEGY_GEMV) return PLAN_GEMV;
-    if (strategy == TODRE_STRATEGY_GRAM) return fits ? PLAN_GRAM : PLAN_GEMV;
-    if (strategy == TODRE_STRATEGY_ROWS) return slots ? PLAN_ROWS : fits ? PLAN_GRAM : PLAN_GEMV;
-    double n = (double)s->n, d = (double)s->d, esz = (double)todre_sel_elem_size(s->dtype);
-    double best = (double)(s->k - 1) * n * d * esz / GEMV_BYTES_PER_NS;
-    enum plan plan = PLAN_GEMV;
-    /* f16 on AMX: four exact bf16 products per value pair, 4 packed bytes
-     * per value and side; bf16: one product, 2 bytes */
-    double f16 = s->dtype == TODRE_DTYPE_F16, prod = f16 ? 4 : 1, pack = f16 ? 4 : 2;
-    if (fits) {
-        double gram = n * n * d / 2 / GRAM_FMA_PER_NS;
-        if (todre_sel_gram_fast(s))
-            gram = n * n * d / 2 * prod / AMX_FMA_PER_NS + 2 * n * d * pack / PACK_BYTES_PER_NS;
-        else if (s->dtype != TODRE_DTYPE_F32)
-            gram += n * d * (4 + esz) / PACK_BYTES_PER_NS;
-        if (gram < best) best = gram, plan = PLAN_GRAM;
-    }
-    /* A store smaller than n may evict rows that are then selected and made
-     * again; with the default limit it holds thousands of rows, far more
-     * than the few dozen a batch leaves unused, so that is not modelled. */
-    if (slots) {
-        double batches = ceil((double)(s->k - 1) / ROWS_PER_BATCH);
-        double rows = batches * TODRE_SEL_AMX_BATCH * n * d * prod / AMX_FMA_PER_NS +
-                      n * d * pack / PACK_BYTES_PER_NS;
-        if (rows < best) plan = PLAN_ROWS;
-    }
-    return plan;
-}
 
 /* acc[v] <- acc[v] + s(v, c) (MAX_SUM) or min(acc[v], 1 - s(v, c)) (MAX_MIN)
  * for every untaken v. */
@@ -132,10 +83,11 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
 {
     int maxmin = s->job->objective == TODRE_OBJECTIVE_MAX_MIN, sign = maxmin ? -1 : +1;
     todre_status st = TODRE_OK;
-    enum plan plan = gram ? PLAN_GRAM : s->k > 1 ? choose(s) : PLAN_GEMV;
+    int32_t plan = s->plan->strategy;
     struct todre_sel_rows rows;
-    if (plan == PLAN_GRAM && !gram) gram = todre_sel_gram(s, &st, diag);
-    if (plan == PLAN_ROWS) st = todre_sel_rows_init(s, &rows, diag);
+    /* k = 1 takes no step: no products to prepare */
+    if (s->k > 1 && plan == TODRE_STRATEGY_GRAM && !gram) gram = todre_sel_gram(s, &st, diag);
+    if (s->k > 1 && plan == TODRE_STRATEGY_ROWS) st = todre_sel_rows_init(s, &rows, diag);
     if (st != TODRE_OK) return st;
     for (int64_t v = 0; v < s->n; v++) s->acc[v] = maxmin ? INFINITY : 0.0;
     int64_t c = p;
@@ -143,7 +95,7 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
         sel[t] = c;
         s->taken[c] = 1;
         if (t + 1 == s->k) break;
-        if (plan == PLAN_ROWS) {
+        if (plan == TODRE_STRATEGY_ROWS) {
             if (rows.slot[c] < 0) next_batch(s, &rows, c, sign);
             update_row(s, rows.g + rows.slot[c] * rows.ld, c, maxmin);
             todre_sel_rows_drop(&rows, c);

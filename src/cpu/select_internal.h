@@ -47,17 +47,19 @@ struct todre_sel_seg {
 
     struct todre_cpu_backend *be;
     const struct todre_select_job *job;
+    const struct todre_select_plan *plan; /* the core's plan for this set */
     int nthreads;
 };
 
-/* Pivot of a MAX_SUM / MAX_MIN set (job->pivot, range applied). May compute
- * the Gram matrix (returned through *gram, NULL when not made) when the
- * ISOLATED pivot needs all products and the strategy allows it. */
+/* Pivot of a MAX_SUM / MAX_MIN set (job->pivot, range applied). Computes
+ * the Gram matrix (returned through *gram, NULL when not made) for the
+ * ISOLATED pivot under a GRAM plan. */
 todre_status todre_sel_pivot(struct todre_sel_seg *s, const float **gram, int64_t *pivot,
                              struct todre_diag *diag);
 
-/* Greedy MAX_SUM / MAX_MIN from pivot p; writes the selection order into
- * sel[0..k) and marks s->taken. @p gram: a ready Gram matrix or NULL. */
+/* Greedy MAX_SUM / MAX_MIN from pivot p with the plan's strategy; writes the
+ * selection order into sel[0..k) and marks s->taken. @p gram: a ready Gram
+ * matrix or NULL. */
 todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *gram,
                               int64_t *sel, struct todre_diag *diag);
 
@@ -69,18 +71,12 @@ todre_status todre_sel_cls_topk(struct todre_sel_seg *s, int64_t *sel, struct to
 /* Make s->f32 (the rows as fp32, exact widening) when not already there. */
 todre_status todre_sel_f32_view(struct todre_sel_seg *s, struct todre_diag *diag);
 
-/* Whether an n x n fp32 Gram matrix fits the context's workspace limit. */
-int todre_sel_gram_fits(const struct todre_sel_seg *s);
-
-/* Whether the Gram matrix has a fast path here (AMX for f16 / bf16). */
-int todre_sel_gram_fast(const struct todre_sel_seg *s);
-
 /* The full (both triangles) n x n matrix of raw dots of s->rows (slot C),
  * or NULL with the status set. */
 const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag);
 
 /* Gram rows made on demand (AMX only), TODRE_SEL_AMX_BATCH rows at a time,
- * kept in a store of `slots` rows: row c of the raw dots lies at
+ * kept in a store of `slots` rows (the plan's store_rows): row c of the raw dots lies at
  * g + slot[c] * ld while slot[c] >= 0. A row is needed once (when its token
  * is selected), so a used row is dropped, and unused ones may be evicted
  * for a new batch; any row is bitwise the same whichever batch makes it. */
@@ -93,12 +89,9 @@ struct todre_sel_rows {
     struct todre_sel_amx_pack amx; /* all rows as B tiles, a batch as A tiles */
 };
 
-/* Rows the store holds within the workspace limit (at most n); 0 where ROWS
- * cannot run (no AMX for the dtype, or not even 2 batches fit). */
-int64_t todre_sel_rows_slots(const struct todre_sel_seg *s);
-
-/* Pack all rows as B tiles once, empty store; fails like todre_sel_gram when
- * memory runs out. Needs todre_sel_rows_slots(s) > 0. */
+/* Pack all rows as B tiles once, empty store of s->plan->store_rows rows
+ * (sized by the planner within the workspace limit); fails like
+ * todre_sel_gram when memory runs out. Needs AMX for s->dtype. */
 todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
                                  struct todre_diag *diag);
 

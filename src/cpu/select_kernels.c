@@ -2,12 +2,12 @@
 #include "select_kernels.h"
 
 #include <stddef.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../half.h"
+#include "cpu_isa.h"
 
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__)
 #define TODRE_SEL_X86 1
 #include <immintrin.h>
 #endif
@@ -61,9 +61,9 @@ SCALAR_KERNELS(f16)
 SCALAR_KERNELS(bf16)
 
 static const struct todre_sel_kernels k_scalar[3] = {
-    {dot_scalar_f32, sumsq_scalar_f32, widen_scalar_f32, "scalar"},
-    {dot_scalar_f16, sumsq_scalar_f16, widen_scalar_f16, "scalar"},
-    {dot_scalar_bf16, sumsq_scalar_bf16, widen_scalar_bf16, "scalar"},
+    {dot_scalar_f32, sumsq_scalar_f32, widen_scalar_f32, "generic"},
+    {dot_scalar_f16, sumsq_scalar_f16, widen_scalar_f16, "generic"},
+    {dot_scalar_bf16, sumsq_scalar_bf16, widen_scalar_bf16, "generic"},
 };
 
 #ifdef TODRE_SEL_X86
@@ -230,30 +230,15 @@ static int dtype_slot(todre_dtype dt)
     return dt == TODRE_DTYPE_F16 ? 1 : dt == TODRE_DTYPE_BF16 ? 2 : 0;
 }
 
-#ifdef TODRE_SEL_X86
-/* TODRE_CPU_ISA=scalar|avx2|avx512 caps the kernels (so that tests can
- * cover the fallbacks on any machine; avx512 also turns AMX off); unset or
- * anything else: the best available. */
-static int isa_cap(void)
-{
-    const char *e = getenv("TODRE_CPU_ISA");
-    if (!e) return 2;
-    if (strcmp(e, "scalar") == 0) return 0;
-    if (strcmp(e, "avx2") == 0) return 1;
-    return 2;
-}
-#endif
-
+/* The level of the one ISA detection (cpu_isa.c); AVX-512 kernels serve
+ * the AMX level too. */
 const struct todre_sel_kernels *todre_sel_kernels_for(todre_dtype dtype)
 {
     int s = dtype_slot(dtype);
 #ifdef TODRE_SEL_X86
-    int cap = isa_cap();
-    /* __builtin_cpu_supports is cheap (reads data set up by the loader). */
-    if (cap >= 2 && __builtin_cpu_supports("avx512f")) return &k_avx512[s];
-    if (cap >= 1 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        return &k_avx2[s];
+    enum todre_cpu_isa isa = todre_cpu_isa();
+    if (isa >= TODRE_CPU_ISA_AVX512) return &k_avx512[s];
+    if (isa >= TODRE_CPU_ISA_AVX2) return &k_avx2[s];
 #endif
     return &k_scalar[s];
 }

@@ -1,8 +1,8 @@
 /* Row kernels of the CPU stage-1 backend: dot products of stored rows (f32,
  * f16 or bf16, read in place) with an fp32 vector, squared norms and
  * conversions. Each has a portable version and, on x86-64, AVX2/F16C and
- * AVX-512 versions picked once at run time, so the library runs on any
- * x86-64 and compiles elsewhere.
+ * AVX-512 versions; the table follows the ISA level chosen once per process
+ * (cpu_isa.h), so the library runs on any x86-64 and compiles elsewhere.
  *
  * Numerics: products are formed from the exact fp32 value of each stored
  * element (f16 and bf16 widen exactly), dot products accumulate in fp32,
@@ -27,10 +27,10 @@ struct todre_sel_kernels {
     todre_sel_dot_fn dot;
     todre_sel_sumsq_fn sumsq;
     todre_sel_widen_fn widen;
-    const char *isa; /* "avx512", "avx2", "scalar" */
+    const char *isa; /* "avx512", "avx2", "generic" */
 };
 
-/* The best kernels for @p dtype (F32, F16 or BF16) on this CPU. */
+/* The kernels for @p dtype (F32, F16 or BF16) at the ISA level in use. */
 const struct todre_sel_kernels *todre_sel_kernels_for(todre_dtype dtype);
 
 /* Size in bytes of one element of a supported float dtype. */

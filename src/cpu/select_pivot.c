@@ -1,5 +1,6 @@
-/* The first selected token of MAX_SUM / MAX_MIN: CLS, CENTER, FARTHEST,
- * RANDOM and ISOLATED pivots inside the pivot range [lo, hi). */
+/* The first selected token of MAX_SUM / MAX_MIN: CLS, CENTER, FARTHEST and
+ * ISOLATED pivots inside the pivot range [lo, hi), or the row the core drew
+ * (TODRE_PIVOT_FIXED: the RANDOM pivot, docs/semantics.md). */
 #include <math.h>
 #include <stdio.h>
 
@@ -21,26 +22,6 @@ static int64_t pivot_cls(const struct todre_sel_seg *s, int64_t lo, int64_t hi)
         }
     }
     return best;
-}
-
-/* The portable generator pinned in docs/semantics.md (splitmix64), with
- * rejection so that every index is equally likely. */
-static uint64_t splitmix64(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-static int64_t pivot_random(uint64_t seed, int64_t lo, int64_t hi)
-{
-    uint64_t m = (uint64_t)(hi - lo), state = seed;
-    uint64_t r = (0 - m) % m; /* 2^64 mod m */
-    uint64_t z;
-    do z = splitmix64(&state);
-    while (z < r);
-    return lo + (int64_t)(z % m);
 }
 
 /* mu = sum over [lo, hi) of r_i e_i (fp64). The mean's 1/m factor changes no
@@ -83,8 +64,9 @@ static int64_t pivot_center(struct todre_sel_seg *s, int64_t lo, int64_t hi, int
 }
 
 /* ISOLATED (DivPrune): argmin over v in the range of max over u != v of
- * s(v, u). The Gram matrix is made when the strategy allows it and it fits,
- * since every product is needed anyway and the greedy then reuses it. */
+ * s(v, u). Under a GRAM plan (the planner's choice: every product is needed
+ * anyway and the greedy then reuses the matrix) from the Gram matrix, else
+ * by blocked products within the workspace limit. */
 static todre_status pivot_isolated(struct todre_sel_seg *s, int64_t lo, int64_t hi,
                                    const float **gram, int64_t *p, struct todre_diag *diag)
 {
@@ -93,8 +75,7 @@ static todre_status pivot_isolated(struct todre_sel_seg *s, int64_t lo, int64_t 
         return TODRE_OK;
     }
     todre_status st = TODRE_OK;
-    int64_t strategy = s->be->base.params.strategy;
-    if (strategy != TODRE_STRATEGY_GEMV && todre_sel_gram_fits(s)) {
+    if (s->plan->strategy == TODRE_STRATEGY_GRAM) {
         *gram = todre_sel_gram(s, &st, diag);
         if (st != TODRE_OK) return st;
     }
@@ -110,11 +91,14 @@ todre_status todre_sel_pivot(struct todre_sel_seg *s, const float **gram, int64_
     const struct todre_select_job *j = s->job;
     int64_t lo = j->pivot_lo, hi = j->pivot_hi < 0 ? s->n : j->pivot_hi;
     *gram = NULL;
+    if (j->pivot == TODRE_PIVOT_FIXED) { /* not a todre_pivot value: no case */
+        *pivot = j->seg_pivot[s->index];
+        return TODRE_OK;
+    }
     switch (j->pivot) {
     case TODRE_PIVOT_CLS: *pivot = pivot_cls(s, lo, hi); return TODRE_OK;
     case TODRE_PIVOT_CENTER: *pivot = pivot_center(s, lo, hi, -1); return TODRE_OK;
     case TODRE_PIVOT_FARTHEST: *pivot = pivot_center(s, lo, hi, +1); return TODRE_OK;
-    case TODRE_PIVOT_RANDOM: *pivot = pivot_random(j->seed, lo, hi); return TODRE_OK;
     case TODRE_PIVOT_ISOLATED: return pivot_isolated(s, lo, hi, gram, pivot, diag);
     default: break;
     }

@@ -3,7 +3,7 @@
  * helpers, and the entry points of the stage-1 and stage-2 drivers.
  *
  * Everything here is hidden (-fvisibility=hidden plus a version script):
- * the module exports only the two entry points declared in src/backend.h. */
+ * the module exports only todre_backend_module_register (src/backend.h). */
 #ifndef TODRE_SRC_CUDA_INTERNAL_H
 #define TODRE_SRC_CUDA_INTERNAL_H
 
@@ -112,9 +112,9 @@ void todre_cuda_leave(struct todre_cuda_scope *sc);
 todre_status todre_cuda_begin_call(struct todre_cuda_backend *be, struct todre_cuda_scope *sc,
                                    struct todre_diag *diag);
 
-/* Reject memory the device cannot use as a CUDA tensor of this context:
+/* Reject memory the device cannot use as a CUDA array of this context:
  * host (pageable or pinned) memory or another device's memory. @p name is
- * the public tensor name used in the message. */
+ * the public array name used in the message. */
 todre_status todre_cuda_check_pointer(struct todre_cuda_backend *be, const void *ptr,
                                       const char *name, struct todre_diag *diag);
 
@@ -134,9 +134,18 @@ todre_status todre_cuda_stage_release(struct todre_cuda_backend *be, struct todr
 todre_status todre_cuda_upload(struct todre_cuda_backend *be, enum todre_cuda_buf_id id,
                                const void *src, size_t bytes, void **dev_out,
                                struct todre_diag *diag);
+/* Free the device buffers and the staging memory after the queued work
+ * (todre_context_reset STATE); the next call grows them again. The staging
+ * events, the cuBLAS workspace and the non-finite flag stay. */
+void todre_cuda_workspace_trim(struct todre_cuda_backend *be);
+/* Free everything todre_cuda_workspace_trim() does, and the staging events. */
 void todre_cuda_workspace_free(struct todre_cuda_backend *be);
 
 /* ---- drivers ---------------------------------------------------------------- */
+
+/* Largest set the Gram strategy can run with @p smem_optin bytes of opt-in
+ * shared memory per block (select.cu): the backend's caps.gram_max_n. */
+int64_t todre_cuda_gram_max_n(int smem_optin);
 
 todre_status todre_cuda_select(struct todre_backend *be, const struct todre_select_job *job,
                                struct todre_diag *diag);
@@ -148,7 +157,7 @@ todre_status todre_cuda_relevance_qk(struct todre_backend *be,
                                      struct todre_diag *diag);
 
 /* Kernel attributes that must be set once per device (select_kernels.cu,
- * relevance.cu): opt-in shared memory sizes. */
+ * relevance_kernels.cu): opt-in shared memory sizes. */
 cudaError_t todre_cuda_select_kernels_init(int smem_optin);
 cudaError_t todre_cuda_relevance_kernels_init(int smem_optin);
 

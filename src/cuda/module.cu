@@ -1,5 +1,7 @@
-/* The CUDA backend module: its two exported entry points (probe, init), the
- * dispatch table, stream handling, synchronisation and teardown.
+/* The CUDA backend module: its one exported entry point
+ * (todre_backend_module_register), the registration (device count and
+ * properties, answered without creating any state), instance creation, the
+ * dispatch table, memory, stream handling, synchronisation and teardown.
  *
  * Never aborts, never prints: every CUDA / cuBLAS failure becomes a status
  * with the runtime's error text in the diag buffer. */
@@ -106,11 +108,11 @@ todre_status todre_cuda_check_pointer(struct todre_cuda_backend *be, const void 
     case cudaMemoryTypeHost:
         return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
                                "%s: pinned host memory given to a CUDA context (device memory "
-                               "is required; use a CPU context for host tensors)", name);
+                               "is required; use a CPU context for host arrays)", name);
     default:
         return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
                                "%s: host memory given to a CUDA context (device memory is "
-                               "required; use a CPU context for host tensors)", name);
+                               "required; use a CPU context for host arrays)", name);
     }
 }
 
@@ -176,6 +178,78 @@ static todre_status cuda_synchronize(struct todre_backend *base, struct todre_di
     return TODRE_OK;
 }
 
+/* ---- memory (todre_context_alloc / free / copy) -------------------------------- */
+
+static todre_status cuda_mem_alloc(struct todre_backend *base, size_t bytes, void **ptr,
+                                   struct todre_diag *diag)
+{
+    struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
+    struct todre_cuda_scope sc;
+    CKS(todre_cuda_enter(be, &sc, diag));
+    void *p = NULL;
+    /* cudaMalloc aligns to at least 256 bytes. */
+    cudaError_t err = cudaMalloc(&p, bytes);
+    todre_cuda_leave(&sc);
+    if (err != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "cudaMalloc of %zu bytes on device %d", bytes, be->base.device);
+        return todre_cuda_fail(diag, err, what);
+    }
+    *ptr = p;
+    return TODRE_OK;
+}
+
+static todre_status cuda_mem_free(struct todre_backend *base, void *ptr, struct todre_diag *diag)
+{
+    struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
+    if (!ptr) return TODRE_OK;
+    struct todre_cuda_scope sc;
+    CKS(todre_cuda_begin_call(be, &sc, diag));
+    /* Work queued on the context's stream may still read the memory. */
+    cudaError_t err = cudaStreamSynchronize(be->stream);
+    if (err == cudaSuccess) err = cudaFree(ptr);
+    todre_cuda_leave(&sc);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaFree");
+    return TODRE_OK;
+}
+
+static todre_status cuda_mem_copy(struct todre_backend *base, void *dst, int dst_dev,
+                                  const void *src, int src_dev, size_t bytes,
+                                  struct todre_diag *diag)
+{
+    struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
+    if (bytes == 0) return TODRE_OK;
+    struct todre_cuda_scope sc;
+    CKS(todre_cuda_begin_call(be, &sc, diag));
+    /* Memory described as this device's must be (copy kinds are explicit,
+     * so a host pointer would otherwise fail with a bare "invalid argument"). */
+    todre_status st = dst_dev ? todre_cuda_check_pointer(be, dst, "dst", diag) : TODRE_OK;
+    if (st == TODRE_OK && src_dev) st = todre_cuda_check_pointer(be, src, "src", diag);
+    if (st != TODRE_OK) {
+        todre_cuda_leave(&sc);
+        return st;
+    }
+    enum cudaMemcpyKind kind = dst_dev ? (src_dev ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice)
+                                       : (src_dev ? cudaMemcpyDeviceToHost : cudaMemcpyHostToHost);
+    /* On the context's stream: ordered after the work queued there. Host
+     * memory may be pageable; the copy is complete when this returns. */
+    cudaError_t err = cudaMemcpyAsync(dst, src, bytes, kind, be->stream);
+    if (err == cudaSuccess) err = cudaStreamSynchronize(be->stream);
+    todre_cuda_leave(&sc);
+    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaMemcpyAsync (todre_context_copy)");
+    return TODRE_OK;
+}
+
+static void cuda_trim(struct todre_backend *base)
+{
+    struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
+    struct todre_cuda_scope sc;
+    if (todre_cuda_enter(be, &sc, NULL) != TODRE_OK) return;
+    todre_cuda_workspace_trim(be);
+    (void)cudaGetLastError();
+    todre_cuda_leave(&sc);
+}
+
 static void cuda_destroy(struct todre_backend *base)
 {
     struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
@@ -202,65 +276,84 @@ static const struct todre_backend_ops cuda_ops = {
     todre_cuda_relevance_qk,
     cuda_set_stream,
     cuda_synchronize,
+    cuda_mem_alloc,
+    cuda_mem_free,
+    cuda_mem_copy,
+    cuda_trim,
     cuda_destroy,
 };
 
-/* ---- entry points ------------------------------------------------------------ */
+/* ---- registration: availability and devices, without creating state ------------ */
 
-static todre_status check_abi(uint32_t abi_version, struct todre_diag *diag)
+/* The device's properties, or BACKEND_UNAVAILABLE when it cannot run the
+ * module (query failed, compute capability below 8.0). Creates nothing. */
+static todre_status check_device(int device, int count, cudaDeviceProp *prop,
+                                 struct todre_diag *diag)
 {
-    if (abi_version == TODRE_BACKEND_ABI_VERSION) return TODRE_OK;
-    return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
-                           "libtodre-cuda was built for backend ABI %u, the core uses %u "
-                           "(install matching versions)",
-                           (unsigned)TODRE_BACKEND_ABI_VERSION, (unsigned)abi_version);
-}
-
-static todre_status check_device(int device, int count, struct todre_diag *diag)
-{
-    cudaDeviceProp prop;
-    cudaError_t err = cudaGetDeviceProperties(&prop, device);
+    cudaError_t err = cudaGetDeviceProperties(prop, device);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
         return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
-                               "CUDA device %d of %d: %s", device, count,
-                               cudaGetErrorString(err));
+                               "CUDA device %d of %d: %s (%s)", device, count,
+                               cudaGetErrorString(err), cudaGetErrorName(err));
     }
-    if (prop.major < TODRE_CUDA_MIN_CC_MAJOR)
+    if (prop->major < TODRE_CUDA_MIN_CC_MAJOR)
         return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
                                "CUDA device %d (%s) has compute capability %d.%d; libtodre-cuda "
-                               "needs 8.0 or newer", device, prop.name, prop.major, prop.minor);
+                               "needs 8.0 or newer", device, prop->name, prop->major, prop->minor);
     return TODRE_OK;
 }
 
-static todre_status device_count(int *count, struct todre_diag *diag)
+/* cudaGetDeviceCount initialises the driver but creates no context, so this
+ * is the cheap availability query. The count is of CUDA ordinals (context
+ * device indices are CUDA's); it is 0 when no device has compute capability
+ * 8.0, and then the reason names the first device. */
+static todre_status reg_device_count(int *count, struct todre_diag *diag)
 {
+    int n = 0;
     *count = 0;
-    cudaError_t err = cudaGetDeviceCount(count);
+    cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
         return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
                                "no usable CUDA driver or device: %s (%s)",
                                cudaGetErrorString(err), cudaGetErrorName(err));
     }
-    if (*count <= 0)
+    if (n <= 0)
         return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
                                "the CUDA driver reports no devices");
+    cudaDeviceProp prop;
+    for (int d = 0; d < n; d++)
+        if (check_device(d, n, &prop, NULL) == TODRE_OK) {
+            *count = n;
+            return TODRE_OK;
+        }
+    return check_device(0, n, &prop, diag);
+}
+
+static todre_status reg_device_props(int device, struct todre_backend_device_props *props,
+                                     struct todre_diag *diag)
+{
+    cudaDeviceProp prop;
+    cudaError_t err = cudaGetDeviceProperties(&prop, device);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return todre_diag_set(diag, err == cudaErrorInvalidDevice ? TODRE_ERR_INVALID_ARGUMENT
+                                                                  : TODRE_ERR_BACKEND_UNAVAILABLE,
+                               "device: CUDA device %d: %s (%s)", device, cudaGetErrorString(err),
+                               cudaGetErrorName(err));
+    }
+    memset(props, 0, sizeof *props);
+    snprintf(props->name, sizeof props->name, "%s", prop.name);
+    snprintf(props->arch, sizeof props->arch, "sm_%d%d", prop.major, prop.minor);
+    props->total_memory = (int64_t)prop.totalGlobalMem;
+    props->compute_major = prop.major;
+    props->compute_minor = prop.minor;
+    props->cores = prop.multiProcessorCount;
     return TODRE_OK;
 }
 
-TODRE_MODULE_EXPORT todre_status todre_backend_module_probe(uint32_t abi_version,
-                                                            struct todre_diag *diag)
-{
-    todre_status st = check_abi(abi_version, diag);
-    if (st != TODRE_OK) return st;
-    int count;
-    st = device_count(&count, diag);
-    if (st != TODRE_OK) return st;
-    for (int d = 0; d < count; d++)
-        if (check_device(d, count, NULL) == TODRE_OK) return TODRE_OK;
-    return check_device(0, count, diag);
-}
+/* ---- instance creation --------------------------------------------------------- */
 
 static todre_status init_resources(struct todre_cuda_backend *be, struct todre_diag *diag)
 {
@@ -317,22 +410,55 @@ static todre_status init_resources(struct todre_cuda_backend *be, struct todre_d
     return TODRE_OK;
 }
 
-TODRE_MODULE_EXPORT todre_status todre_backend_module_init(uint32_t abi_version, int device,
-                                                           struct todre_backend **out,
-                                                           struct todre_diag *diag)
+/* What the core's planner (src/select_plan.c) may choose on this device and
+ * what it costs. Rates are rough H100-class figures for one device; only
+ * their ratios matter (docs/cuda.md, "Capabilities"):
+ *  - GEMV: the cooperative matrix-vector loop streams the set's rows once per
+ *    step from HBM, about 2 TB/s achieved (3.35 TB/s peak);
+ *  - GRAM from f32: cuBLAS in strict FP32 (no TF32), about 25 TFMA/s achieved
+ *    (33.5 peak);
+ *  - GRAM from f16 / bf16: tensor cores, about 300 TFMA/s achieved (495
+ *    dense peak), declared as the "fast unit" (the planner charges an f16
+ *    product 4 of them, its AMX model, so f16 is costed 4x high: this moves
+ *    the GEMV / GRAM crossover from k of about n/600 to n/150, both far
+ *    below the usual k);
+ *  - no packing before a GRAM (cuBLAS reads the rows in place, no padding):
+ *    a rate so high that the term vanishes, and rows_batch 0;
+ *  - no ROWS strategy.
+ * GRAM runs the whole greedy loop in one block whose shared memory holds the
+ * cost vector and the inverse norms: gram_max_n is the largest set that fits
+ * the device's opt-in shared memory (28928 rows on H100). GEMV is declared
+ * only with cooperative launch (every device of compute capability 8.0). */
+static void fill_caps(struct todre_cuda_backend *be)
+{
+    struct todre_backend_caps *c = &be->base.caps;
+    memset(c, 0, sizeof *c);
+    c->strategies = 1u << TODRE_STRATEGY_GRAM;
+    if (be->coop_supported) c->strategies |= 1u << TODRE_STRATEGY_GEMV;
+    c->gram_max_n = todre_cuda_gram_max_n(be->smem_optin);
+    /* 0 would mean "no limit" to the planner: no GRAM at all then. */
+    if (c->gram_max_n <= 0) c->strategies &= ~(1u << TODRE_STRATEGY_GRAM);
+    c->gemv_bytes_per_ns = 2000.0;
+    c->gram_fma_per_ns = 25000.0;
+    c->gram_fast_fma_per_ns = 300000.0;
+    c->pack_bytes_per_ns = 1e9;
+    c->rows_batch = 0;
+    c->rows_row_bytes_per_n = 0;
+}
+
+static todre_status reg_create(int device, struct todre_backend **out, struct todre_diag *diag)
 {
     if (!out) return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
     *out = NULL;
-    todre_status st = check_abi(abi_version, diag);
-    if (st != TODRE_OK) return st;
     int count;
-    st = device_count(&count, diag);
+    todre_status st = reg_device_count(&count, diag);
     if (st != TODRE_OK) return st;
     if (device < 0 || device >= count)
         return todre_diag_set(diag, TODRE_ERR_INVALID_ARGUMENT,
                                "device: %d is not a CUDA device ordinal (this machine has %d)",
                                device, count);
-    st = check_device(device, count, diag);
+    cudaDeviceProp prop;
+    st = check_device(device, count, &prop, diag);
     if (st != TODRE_OK) return st;
 
     struct todre_cuda_backend *be =
@@ -355,6 +481,31 @@ TODRE_MODULE_EXPORT todre_status todre_backend_module_init(uint32_t abi_version,
         cuda_destroy(&be->base);
         return st;
     }
+    fill_caps(be);
     *out = &be->base;
     return TODRE_OK;
+}
+
+static const struct todre_backend_reg cuda_reg = {
+    TODRE_BACKEND_ABI_VERSION,
+    "cuda",
+    kDLCUDA,
+    reg_device_count,
+    reg_device_props,
+    reg_create,
+};
+
+/* ---- the one exported symbol ---------------------------------------------------- */
+
+TODRE_MODULE_EXPORT const struct todre_backend_reg *
+todre_backend_module_register(uint32_t abi_version, struct todre_diag *diag)
+{
+    if (abi_version != TODRE_BACKEND_ABI_VERSION) {
+        todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                       "libtodre-cuda was built for backend ABI %u, the core uses %u "
+                       "(install matching versions)",
+                       (unsigned)TODRE_BACKEND_ABI_VERSION, (unsigned)abi_version);
+        return NULL;
+    }
+    return &cuda_reg;
 }

@@ -1,14 +1,21 @@
-/* Stage 1 on CUDA: plans one select job (path per set, Gram chunks that fit
- * the workspace limit), stages the segment table through pinned memory and
- * queues every kernel on the context's stream. Nothing here waits for the
- * device once the workspace has grown to the job's size.
+/* Stage 1 on CUDA: lays out one select job (the core's per-set strategy,
+ * Gram chunks that fit the workspace limit), stages the segment table
+ * through pinned memory and queues every kernel on the context's stream.
+ * Nothing here waits for the device once the workspace has grown to the
+ * job's size.
  *
- * Paths (per set):
- *  - Gram: E_b E_b^T by cuBLAS (fp32 accumulation; tensor cores for f16 /
- *    bf16), then the whole greedy loop in one block per set. Chosen when the
- *    n_b^2 floats fit params.workspace_limit (sets are packed into chunks
- *    that each fit) and the set's state fits in shared memory.
- *  - Matrix-vector: every set's loop in one cooperative kernel; each step
+ * The core decides, this backend executes: each set's strategy comes from
+ * job->seg_plan (the core's planner, from be->caps), a RANDOM pivot comes
+ * drawn as TODRE_PIVOT_FIXED with job->seg_pivot. What stays here is
+ * execution detail that never changes which strategy runs: how Gram sets are
+ * packed into chunks within the workspace limit, and the row panels of the
+ * ISOLATED pivot on the matrix-vector strategy.
+ *
+ * Strategies (per set):
+ *  - GRAM: E_b E_b^T by cuBLAS (fp32 accumulation; tensor cores for f16 /
+ *    bf16), then the whole greedy loop in one block per set (n_b up to
+ *    caps.gram_max_n, whose state fits in shared memory).
+ *  - GEMV: every such set's loop in one cooperative kernel; each step
  *    streams the set's rows once. O(n) extra memory. */
 #include <stdlib.h>
 #include <string.h>
@@ -37,33 +44,19 @@ struct plan {
 
 static size_t align_up(size_t x) { return (x + 15u) & ~(size_t)15u; }
 
-static uint64_t splitmix_next(uint64_t *state)
-{
-    *state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = *state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+/* The job's resolved pivot: a todre_pivot value or TODRE_PIVOT_FIXED. */
+static int job_pivot(const struct todre_select_job *job) { return (int)job->pivot; }
 
-/* Pinned semantics: rejection sampling so that every pivot is equally likely. */
-static int random_pivot(uint64_t seed, int lo, int hi)
+int64_t todre_cuda_gram_max_n(int smem_optin)
 {
-    uint64_t m = (uint64_t)(hi - lo);
-    uint64_t r = (0 - m) % m; /* 2^64 mod m */
-    uint64_t state = seed, z;
-    do {
-        z = splitmix_next(&state);
-    } while (z < r);
-    return lo + (int)(z % m);
-}
-
-static int uses_gram(const struct todre_cuda_backend *be, int64_t n)
-{
-    if (be->base.params.strategy == TODRE_STRATEGY_GEMV) return 0;
-    int64_t limit = be->base.params.workspace_limit;
-    if (n > 46340 || n * n * 4 > limit) return 0;
-    return todre_cuda_greedy_gram_smem((int)n) + 1024 <= (size_t)be->smem_optin;
+    /* The kernel's static shared memory and the driver's reserve fit in the
+     * 1024 bytes kept back (todre_cuda_select_kernels_init). */
+    int64_t room = (int64_t)smem_optin - 1024;
+    if (room <= 0) return 0;
+    int64_t n = room / (int64_t)todre_cuda_greedy_gram_smem(1);
+    while (n > 0 && todre_cuda_greedy_gram_smem((int)n) > (size_t)room) n--;
+    /* n * n stays below 2^31 (cuBLAS strides and Gram offsets are exact). */
+    return n < 46340 ? n : 46340;
 }
 
 static size_t panel_rows(int64_t limit, int64_t n, int64_t range)
@@ -86,9 +79,52 @@ static size_t blob_layout(struct plan *p, int nseg)
     return off;
 }
 
-/* Fill the segment table (in pinned memory) and decide each set's path. */
-static todre_status make_plan(struct todre_cuda_backend *be, const struct todre_select_job *job,
-                              void *blob, struct plan *p, struct todre_diag *diag)
+/* What the core resolved, checked once before anything is queued: a job
+ * that breaks these is a bug in libtodre, never a user error. */
+static todre_status check_job(const struct todre_cuda_backend *be,
+                              const struct todre_select_job *job, struct todre_diag *diag)
+{
+    if (job->objective == TODRE_OBJECTIVE_CLS_TOPK) return TODRE_OK;
+    switch (job_pivot(job)) {
+    case TODRE_PIVOT_CLS:
+    case TODRE_PIVOT_CENTER:
+    case TODRE_PIVOT_FARTHEST:
+    case TODRE_PIVOT_ISOLATED:
+        break;
+    case TODRE_PIVOT_FIXED:
+        if (job->seg_pivot) break;
+        return todre_diag_set(diag, TODRE_ERR_INTERNAL, "select job: FIXED pivot without rows");
+    default:
+        return todre_diag_set(diag, TODRE_ERR_INTERNAL,
+                               "select job: pivot %d was not resolved by the core", job_pivot(job));
+    }
+    if (!job->seg_plan)
+        return todre_diag_set(diag, TODRE_ERR_INTERNAL, "select job: no per-set plan");
+    for (int64_t b = 0; b < job->nseg; b++) {
+        int64_t n = job->seg_offsets[b + 1] - job->seg_offsets[b];
+        int32_t st = job->seg_plan[b].strategy;
+        /* GEMV is every backend's fallback (the planner assumes it). */
+        if (st != TODRE_STRATEGY_GEMV &&
+            (st != TODRE_STRATEGY_GRAM || !(be->base.caps.strategies & (1u << st))))
+            return todre_diag_set(diag, TODRE_ERR_INTERNAL,
+                                   "select job: set %lld is planned with strategy %d, which the "
+                                   "CUDA backend does not declare", (long long)b, (int)st);
+        if (st == TODRE_STRATEGY_GRAM && n > be->base.caps.gram_max_n)
+            return todre_diag_set(diag, TODRE_ERR_INTERNAL,
+                                   "select job: set %lld (n = %lld) is planned GRAM above "
+                                   "gram_max_n = %lld", (long long)b, (long long)n,
+                                   (long long)be->base.caps.gram_max_n);
+        if (job_pivot(job) == TODRE_PIVOT_FIXED && (job->seg_pivot[b] < 0 || job->seg_pivot[b] >= n))
+            return todre_diag_set(diag, TODRE_ERR_INTERNAL,
+                                   "select job: pivot row %lld of set %lld is outside [0, %lld)",
+                                   (long long)job->seg_pivot[b], (long long)b, (long long)n);
+    }
+    return TODRE_OK;
+}
+
+/* Fill the segment table (in pinned memory) from the job and its plan. */
+static void make_plan(struct todre_cuda_backend *be, const struct todre_select_job *job,
+                      void *blob, struct plan *p)
 {
     char *base = (char *)blob;
     p->segs = (struct todre_cuda_seg *)base;
@@ -112,12 +148,10 @@ static todre_status make_plan(struct todre_cuda_backend *be, const struct todre_
         s->k = (int32_t)job->seg_k[b];
         s->lo = (int32_t)job->pivot_lo;
         s->hi = (int32_t)(job->pivot_hi < 0 ? n : job->pivot_hi);
-        /* CLS_TOPK ignores the pivot and its range (the core does not
-         * check the range for it). */
-        s->pivot = (greedy && job->pivot == TODRE_PIVOT_RANDOM && s->hi > s->lo)
-                       ? random_pivot(job->seed, s->lo, s->hi) : -1;
+        /* CLS_TOPK ignores the pivot, its range and the plan. */
+        s->pivot = (greedy && job_pivot(job) == TODRE_PIVOT_FIXED) ? (int32_t)job->seg_pivot[b] : -1;
         s->gram_off = -1;
-        s->gemv = greedy && !uses_gram(be, n);
+        s->gemv = greedy && job->seg_plan[b].strategy == TODRE_STRATEGY_GEMV;
         p->rowoff[b] = s->row0;
         if (n > p->max_n) p->max_n = (int)n;
         if (!greedy) continue;
@@ -127,13 +161,17 @@ static todre_status make_plan(struct todre_cuda_backend *be, const struct todre_
             p->G++;
             p->W += n;
             if (s->k > p->kmax_gemv) p->kmax_gemv = s->k;
-            if (job->pivot == TODRE_PIVOT_ISOLATED) {
+            if (job_pivot(job) == TODRE_PIVOT_ISOLATED) {
                 size_t pb = panel_rows(limit, n, s->hi - s->lo) * (size_t)n * 4;
                 if (pb > p->gram_bytes) p->gram_bytes = pb;
             }
         } else {
             size_t g = (size_t)n * (size_t)n;
-            /* Chunks restart whenever the next Gram would overflow the limit. */
+            /* Gram sets share a chunk while their matrices fit the limit
+             * together; a chunk restarts (gram_off 0) when the next one
+             * would overflow it. A set is never moved to another strategy:
+             * one whose Gram alone exceeds the limit (the planner does not
+             * plan that) is a chunk of its own. */
             if ((chunk + g) * 4 > (size_t)limit) chunk = 0;
             s->gram_off = (int64_t)chunk;
             chunk += g;
@@ -144,8 +182,6 @@ static todre_status make_plan(struct todre_cuda_backend *be, const struct todre_
     p->gl_w0[p->G] = p->W;
     p->N = job->seg_offsets[p->nseg];
     p->Ktot = job->out_offsets[p->nseg];
-    (void)diag;
-    return TODRE_OK;
 }
 
 /* Device pointers of one call. */
@@ -159,12 +195,12 @@ struct dev {
     int64_t *sel;
 };
 
-static enum todre_cuda_pivot_rule pivot_rule(todre_pivot pv)
+static enum todre_cuda_pivot_rule pivot_rule(int pv)
 {
     switch (pv) {
     case TODRE_PIVOT_CLS:
     case TODRE_PIVOT_CENTER: return TODRE_CUDA_PIVOT_ARGMAX;
-    case TODRE_PIVOT_RANDOM: return TODRE_CUDA_PIVOT_GIVEN;
+    case TODRE_PIVOT_FIXED: return TODRE_CUDA_PIVOT_GIVEN;
     default: return TODRE_CUDA_PIVOT_ARGMIN; /* FARTHEST, ISOLATED */
     }
 }
@@ -242,7 +278,7 @@ static todre_status run_gram_chunks(struct todre_cuda_backend *be, const struct 
             CKS(chunk_grams(be, e, p, r, r1, dv->gram, diag));
             r = r1;
         }
-        if (job->pivot == TODRE_PIVOT_ISOLATED) {
+        if (job_pivot(job) == TODRE_PIVOT_ISOLATED) {
             for (int r = s0; r < s1; r++) {
                 const struct todre_cuda_seg *s = &p->segs[r];
                 if (s->gemv) continue;
@@ -256,7 +292,7 @@ static todre_status run_gram_chunks(struct todre_cuda_backend *be, const struct 
         }
         CK(todre_cuda_launch_greedy_gram(obj, dv->segs, s0, s1, max_n, dv->pivot, dv->flags,
                                          dv->inv, dv->gram, dv->sel, be->stream),
-           "greedy kernel (Gram path)");
+           "greedy kernel (GRAM strategy)");
         b = s1;
     }
     return TODRE_OK;
@@ -267,12 +303,15 @@ static todre_status run_gemv(struct todre_cuda_backend *be, const struct todre_s
                              const struct dev *dv, struct todre_diag *diag)
 {
     if (p->G == 0) return TODRE_OK;
+    /* Every device of compute capability 8.0 or newer has cooperative
+     * launch; caps.strategies declares GEMV only then, but the planner
+     * falls back to GEMV regardless. */
     if (!be->coop_supported)
         return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
-                               "the matrix-vector selection path needs cooperative launch, "
-                               "which this device lacks; raise the workspace limit so that "
-                               "the Gram path fits");
-    if (job->pivot == TODRE_PIVOT_ISOLATED) {
+                               "the GEMV selection strategy needs cooperative launch, which this "
+                               "device lacks; raise TODRE_CONTEXT_WORKSPACE_LIMIT so that the "
+                               "GRAM strategy fits");
+    if (job_pivot(job) == TODRE_PIVOT_ISOLATED) {
         for (int j = 0; j < p->G; j++) {
             const struct todre_cuda_seg *s = &p->segs[p->gl_seg[j]];
             int64_t rows = (int64_t)panel_rows(be->base.params.workspace_limit, s->n, s->hi - s->lo);
@@ -300,20 +339,20 @@ static todre_status run_gemv(struct todre_cuda_backend *be, const struct todre_s
     CK(todre_cuda_launch_greedy_gemv(obj, e, dv->segs, dv->gl_seg, dv->gl_w0, p->G, p->W,
                                      p->kmax_gemv, dv->pivot, dv->flags, dv->inv, cost, keys,
                                      dv->sel, be->sm_count, be->stream),
-       "greedy kernel (matrix-vector path)");
+       "greedy kernel (GEMV strategy)");
     return TODRE_OK;
 }
 
-/* CENTER / FARTHEST / CLS / RANDOM pivots (ISOLATED is computed per path). */
+/* CENTER / FARTHEST / CLS / FIXED pivots (ISOLATED is computed per strategy). */
 static todre_status run_pivots(struct todre_cuda_backend *be, const struct todre_select_job *job,
                                const struct todre_cuda_emb *e, const struct plan *p,
                                const struct dev *dv, const float *clsf, struct todre_diag *diag)
 {
-    if (job->pivot == TODRE_PIVOT_ISOLATED) return TODRE_OK;
+    if (job_pivot(job) == TODRE_PIVOT_ISOLATED) return TODRE_OK;
     const float *score = dv->score;
-    if (job->pivot == TODRE_PIVOT_CLS) {
+    if (job_pivot(job) == TODRE_PIVOT_CLS) {
         score = clsf;
-    } else if (job->pivot == TODRE_PIVOT_CENTER || job->pivot == TODRE_PIVOT_FARTHEST) {
+    } else if (job_pivot(job) == TODRE_PIVOT_CENTER || job_pivot(job) == TODRE_PIVOT_FARTHEST) {
         int64_t maxm = 0;
         for (int b = 0; b < p->nseg; b++)
             if (p->segs[b].hi - p->segs[b].lo > maxm) maxm = p->segs[b].hi - p->segs[b].lo;
@@ -329,7 +368,7 @@ static todre_status run_pivots(struct todre_cuda_backend *be, const struct todre
         CK(todre_cuda_launch_center(e, p->N, dv->segs, dv->rowoff, p->nseg, (int)chunks, dv->inv,
                                     partial, mu, dv->score, be->stream), "CENTER pivot kernels");
     }
-    CK(todre_cuda_launch_pivot(dv->segs, 0, p->nseg, -1, pivot_rule(job->pivot), score,
+    CK(todre_cuda_launch_pivot(dv->segs, 0, p->nseg, -1, pivot_rule(job_pivot(job)), score,
                                dv->pivot, be->stream), "pivot kernel");
     return TODRE_OK;
 }
@@ -439,6 +478,7 @@ static todre_status select_body(struct todre_cuda_backend *be, const struct todr
         return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
                                "embeddings: the CUDA backend takes d up to 8388480 and a row "
                                "stride below 2^31");
+    CKS(check_job(be, job, diag));
     struct plan p;
     memset(&p, 0, sizeof p);
     p.nseg = (int)job->nseg;
@@ -447,7 +487,7 @@ static todre_status select_body(struct todre_cuda_backend *be, const struct todr
     /* The segment table is built straight into a pinned slot. */
     struct todre_cuda_stage *slot;
     CKS(todre_cuda_stage_acquire(be, p.blob_bytes, &slot, diag));
-    CKS(make_plan(be, job, slot->host, &p, diag));
+    make_plan(be, job, slot->host, &p);
 
     struct dev dv;
     float *clsf;

@@ -18,8 +18,8 @@ struct todre_cuda_seg {
     int64_t gram_off; /* float offset of the set's Gram matrix in its chunk, or -1 */
     int32_t n, k;
     int32_t lo, hi;   /* pivot range, local rows */
-    int32_t pivot;    /* RANDOM pivot drawn on the host, else -1 */
-    int32_t gemv;     /* 1: matrix-vector path, 0: Gram path */
+    int32_t pivot;    /* FIXED pivot (the core's draw of RANDOM), else -1 */
+    int32_t gemv;     /* 1: GEMV strategy, 0: GRAM (as the core planned it) */
 };
 
 /* Greedy objective as the kernels implement it: both minimise a cost,
@@ -30,7 +30,7 @@ enum todre_cuda_obj { TODRE_CUDA_OBJ_SUM = 0, TODRE_CUDA_OBJ_MAXMIN = 1 };
 enum todre_cuda_pivot_rule {
     TODRE_CUDA_PIVOT_ARGMAX = 0,  /* CLS, CENTER */
     TODRE_CUDA_PIVOT_ARGMIN = 1,  /* FARTHEST, ISOLATED */
-    TODRE_CUDA_PIVOT_GIVEN = 2    /* RANDOM: seg.pivot */
+    TODRE_CUDA_PIVOT_GIVEN = 2    /* FIXED: seg.pivot */
 };
 
 /* The embedding matrix as every kernel reads it. */

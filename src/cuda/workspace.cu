@@ -109,8 +109,10 @@ todre_status todre_cuda_upload(struct todre_cuda_backend *be, enum todre_cuda_bu
     return TODRE_OK;
 }
 
-void todre_cuda_workspace_free(struct todre_cuda_backend *be)
+void todre_cuda_workspace_trim(struct todre_cuda_backend *be)
 {
+    /* Queued kernels and copies may still use the buffers and the slots. */
+    (void)cudaStreamSynchronize(be->stream);
     for (int i = 0; i < TODRE_CUDA_BUF_COUNT; i++) {
         if (be->buf[i].ptr) cudaFree(be->buf[i].ptr);
         be->buf[i].ptr = NULL;
@@ -118,10 +120,17 @@ void todre_cuda_workspace_free(struct todre_cuda_backend *be)
     }
     for (int i = 0; i < TODRE_CUDA_RING; i++) {
         if (be->ring[i].host) cudaFreeHost(be->ring[i].host);
-        if (be->ring[i].done) cudaEventDestroy(be->ring[i].done);
         be->ring[i].host = NULL;
-        be->ring[i].done = NULL;
         be->ring[i].cap = 0;
+    }
+}
+
+void todre_cuda_workspace_free(struct todre_cuda_backend *be)
+{
+    todre_cuda_workspace_trim(be);
+    for (int i = 0; i < TODRE_CUDA_RING; i++) {
+        if (be->ring[i].done) cudaEventDestroy(be->ring[i].done);
+        be->ring[i].done = NULL;
         be->ring[i].used = 0;
     }
 }

@@ -4,18 +4,19 @@
 # pkg_check_modules, and CMake find_package(todre). Each consumer must build
 # with only the installed files and print the selection NumPy predicts.
 #
-# usage: install_consumer.sh BUILD_DIR SOURCE_DIR WORK_DIR CMAKE CC LIBDIR INCLUDEDIR [SANITIZE]
+# usage: install_consumer.sh BUILD_DIR SOURCE_DIR WORK_DIR CMAKE CC LIBDIR INCLUDEDIR DATADIR
+#                            [SANITIZE]
 set -euo pipefail
 
-build_dir=$1 source_dir=$2 work=$3 cmake=$4 cc=$5 libdir=$6 includedir=$7
-sanitize=${8:-}
+build_dir=$1 source_dir=$2 work=$3 cmake=$4 cc=$5 libdir=$6 includedir=$7 datadir=$8
+sanitize=${9:-}
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-for dir in "$libdir" "$includedir"; do
+for dir in "$libdir" "$includedir" "$datadir"; do
   case "$dir" in
-    /*) fail "CMAKE_INSTALL_LIBDIR/INCLUDEDIR are absolute ($libdir, $includedir):" \
-             "a test install into a temporary prefix is impossible" ;;
+    /*) fail "CMAKE_INSTALL_LIBDIR/INCLUDEDIR/DATADIR are absolute ($libdir, $includedir," \
+             "$datadir): a test install into a temporary prefix is impossible" ;;
   esac
 done
 
@@ -26,19 +27,35 @@ prefix=$work/prefix
   || { cat "$work/install.log" >&2; fail "cmake --install"; }
 
 # ---- what the install must contain ------------------------------------------
-for f in "$libdir/libtodre.so" "$libdir/libtodre.so.0" \
+version_h=$prefix/$includedir/todre/todre_version.h
+[ -f "$version_h" ] || fail "not installed: $includedir/todre/todre_version.h"
+vdef() { sed -n "s/^#define TODRE_VERSION_$1 \\(.*\\)/\\1/p" "$version_h"; }
+major=$(vdef MAJOR)
+version=$(vdef STRING | tr -d '"')
+[ -n "$major" ] && [ -n "$version" ] || fail "todre_version.h defines no version"
+soname=libtodre.so.$major
+for f in "$libdir/libtodre.so" "$libdir/$soname" \
          "$includedir/todre/todre.h" "$includedir/todre/todre_export.h" \
+         "$includedir/todre/dlpack.h" "$includedir/todre/todre_version.h" \
+         "$datadir/doc/todre/LICENSE.dlpack" \
          "$libdir/pkgconfig/todre.pc" \
          "$libdir/cmake/todre/todreConfig.cmake" \
          "$libdir/cmake/todre/todreConfigVersion.cmake" \
          "$libdir/cmake/todre/todreTargets.cmake"; do
   [ -e "$prefix/$f" ] || fail "not installed: $f"
 done
-[ "$(readlink "$prefix/$libdir/libtodre.so")" = libtodre.so.0 ] \
-  || fail "libtodre.so must link to the SONAME libtodre.so.0"
-# Internal headers (backend table, job structs) are not part of the ABI.
-extra=$(cd "$prefix/$includedir/todre" && ls | grep -v -x -e todre.h -e todre_export.h || true)
+[ "$(readlink "$prefix/$libdir/libtodre.so")" = "$soname" ] \
+  || fail "libtodre.so must link to the SONAME $soname"
+# The installed header set is the public API; internal headers (backend
+# table, job structs, dtype enums) are not part of the ABI.
+extra=$(cd "$prefix/$includedir/todre" && ls | grep -v -x -e todre.h -e todre_export.h \
+  -e dlpack.h -e todre_version.h || true)
 [ -z "$extra" ] || fail "unexpected installed headers: $extra"
+# The installed headers compile on their own, from the prefix alone.
+printf '#include <todre/todre.h>\nint main(void) { return TODRE_VERSION_MAJOR == %s ? 0 : 1; }\n' \
+  "$major" >"$work/alone.c"
+"$cc" -std=c99 -Wall -Wextra -Werror -pedantic -I "$prefix/$includedir" -c "$work/alone.c" \
+  -o "$work/alone.o" || fail "the installed todre.h does not compile on its own"
 
 pc=$prefix/$libdir/pkgconfig/todre.pc
 # Only what consumers link against matters (the prefix itself may contain "cuda").
@@ -51,8 +68,8 @@ pcvar() { pkg-config --variable="$1" todre; }
 [ "$(pcvar prefix)" = "$prefix" ] || fail "todre.pc prefix=$(pcvar prefix), want $prefix"
 [ "$(pcvar libdir)" = "$prefix/$libdir" ] || fail "todre.pc libdir=$(pcvar libdir)"
 [ "$(pcvar includedir)" = "$prefix/$includedir" ] || fail "todre.pc includedir=$(pcvar includedir)"
-[ "$(pkg-config --modversion todre)" = "$(sed -n 's/^#define TODRE_VERSION_STRING "\(.*\)"/\1/p' \
-  "$prefix/$includedir/todre/todre.h")" ] || fail "todre.pc version differs from todre.h"
+[ "$(pkg-config --modversion todre)" = "$version" ] \
+  || fail "todre.pc version $(pkg-config --modversion todre) differs from todre_version.h's $version"
 
 # The CMake package must be relocatable and must not drag CUDA into consumers.
 cmake_files=("$prefix/$libdir"/cmake/todre/*.cmake)
@@ -69,10 +86,9 @@ fi
 san=()
 [ -z "$sanitize" ] || san=("-fsanitize=$sanitize")
 cflags=(-std=c99 -Wall -Wextra -Werror -pedantic "${san[@]}")
-expected=$(printf 'todre %s (%s)\nselection: 2 4 0\nkept: 0 2 4' \
-  "$(pkg-config --modversion todre)" \
+expected=$(printf 'todre %s (%s)\nselection: 2 4 0\nkept: 0 2 4' "$version" \
   "$(awk '/^#define TODRE_VERSION_(MAJOR|MINOR|PATCH)/ { v = v * 100 + $3 } END { print v }' \
-      "$prefix/$includedir/todre/todre.h")")
+      "$version_h")")
 
 # $1: name, $2: binary, rest: env assignments for the run.
 check_run() {
@@ -82,7 +98,7 @@ check_run() {
   out=$(env -u LD_LIBRARY_PATH "$@" "$bin") || fail "$name: consumer exited with $?"
   [ "$out" = "$expected" ] || fail "$name: output differs:"$'\n'"$out"$'\n'"expected:"$'\n'"$expected"
   # It must have run against the installed library, not the build tree's.
-  env -u LD_LIBRARY_PATH "$@" ldd "$bin" | grep -F "$prefix/$libdir/libtodre.so.0" >/dev/null \
+  env -u LD_LIBRARY_PATH "$@" ldd "$bin" | grep -F "$prefix/$libdir/$soname" >/dev/null \
     || fail "$name: not resolved to the installed libtodre: $(env "$@" ldd "$bin" | grep todre)"
   echo "ok: $name"
 }

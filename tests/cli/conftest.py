@@ -5,6 +5,7 @@ that, under TODRE_BINARY_DIR. The float64 references live in
 tests/reference (TODRE_SOURCE_DIR); these tests import todre_ref from there
 and compute the stage-2 formula themselves.
 """
+import json
 import os
 import subprocess
 import sys
@@ -42,16 +43,55 @@ class Result:
 
 
 @pytest.fixture(scope="session")
-def cli():
+def cli_exe():
+    """Path of the todre executable under test."""
     path = _cli_path()
     assert os.access(path, os.X_OK), "not an executable: %s" % path
+    return path
 
-    def run(*args):
-        proc = subprocess.run([path] + [str(a) for a in args], capture_output=True,
-                              text=True, timeout=120)
+
+@pytest.fixture(scope="session")
+def cli(cli_exe):
+    """run(*args, env={...}) -> Result; env entries are added to the
+    environment (a value of None removes the variable)."""
+
+    def run(*args, env=None):
+        full_env = None
+        if env:
+            full_env = dict(os.environ)
+            for key, value in env.items():
+                if value is None:
+                    full_env.pop(key, None)
+                else:
+                    full_env[key] = str(value)
+        proc = subprocess.run([cli_exe] + [str(a) for a in args], capture_output=True,
+                              text=True, timeout=120, env=full_env)
         return Result(proc)
 
     return run
+
+
+@pytest.fixture(scope="session", autouse=True)
+def expected_registry(cli):
+    """Where a ctest sets TODRE_CLI_EXPECT_REGISTRY ("cpu=1,cuda=0": the
+    registered backends in order, each available or not; see tests/cli.cmake),
+    the tool must see exactly that, so that a suite meant to run on a given
+    backend cannot pass on another one."""
+    want = os.environ.get("TODRE_CLI_EXPECT_REGISTRY")
+    if want is None:
+        return
+    info = json.loads(cli("info", "--json").ok())
+    got = ",".join("%s=%d" % (name, b["available"]) for name, b in info["backends"].items())
+    assert got == want, "registry %s, expected %s" % (got, want)
+
+
+def auto_backend(info):
+    """The backend "auto" picks, from `todre info --json`: the first available
+    backend after "cpu" in registry order, else "cpu"."""
+    for name, backend in info["backends"].items():
+        if name != "cpu" and backend["available"]:
+            return name
+    return "cpu"
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@
 
 #include "npy.h"
 #include "todre/todre.h"
+#include "dtype.h" /* src/dtype.h: todre_dtype */
 
 enum tt_cls_kind { TT_CLS_NONE = 0, TT_CLS_FLAT = 1, TT_CLS_VIDEO = 2 };
 

@@ -32,6 +32,7 @@
 #include <stdint.h>
 
 #include "todre/todre.h"
+#include "dtype.h" /* src/dtype.h: todre_dtype */
 
 struct tt_problem {
     int64_t n, d;

@@ -28,6 +28,35 @@ void tt_assert_fails_at(const todre_context *ctx, todre_status got, todre_status
     }
 }
 
+/* Every parameter of todre.h, written out here from the header (not read
+ * from the library), with its handle kind. */
+const struct tt_param_info tt_params[] = {
+    {TODRE_CONTEXT_WORKSPACE_LIMIT, "TODRE_CONTEXT_WORKSPACE_LIMIT", TT_KIND_CONTEXT},
+    {TODRE_CONTEXT_NUM_THREADS, "TODRE_CONTEXT_NUM_THREADS", TT_KIND_CONTEXT},
+    {TODRE_SELECT_OBJECTIVE, "TODRE_SELECT_OBJECTIVE", TT_KIND_SELECT},
+    {TODRE_SELECT_PIVOT, "TODRE_SELECT_PIVOT", TT_KIND_SELECT},
+    {TODRE_SELECT_PIVOT_LO, "TODRE_SELECT_PIVOT_LO", TT_KIND_SELECT},
+    {TODRE_SELECT_PIVOT_HI, "TODRE_SELECT_PIVOT_HI", TT_KIND_SELECT},
+    {TODRE_SELECT_KEEP, "TODRE_SELECT_KEEP", TT_KIND_SELECT},
+    {TODRE_SELECT_RATIO, "TODRE_SELECT_RATIO", TT_KIND_SELECT},
+    {TODRE_SELECT_SEED, "TODRE_SELECT_SEED", TT_KIND_SELECT},
+    {TODRE_SELECT_ORDER, "TODRE_SELECT_ORDER", TT_KIND_SELECT},
+    {TODRE_RELEVANCE_TAU, "TODRE_RELEVANCE_TAU", TT_KIND_RELEVANCE},
+    {TODRE_RELEVANCE_SCHEDULE, "TODRE_RELEVANCE_SCHEDULE", TT_KIND_RELEVANCE},
+    {TODRE_RELEVANCE_NUM_LAYERS, "TODRE_RELEVANCE_NUM_LAYERS", TT_KIND_RELEVANCE},
+    {TODRE_RELEVANCE_BATCH, "TODRE_RELEVANCE_BATCH", TT_KIND_RELEVANCE},
+    {(todre_param)1000, "TODRE_CONTEXT_EXP_SELECT_STRATEGY", TT_KIND_CONTEXT},
+};
+const size_t tt_nparams = sizeof tt_params / sizeof tt_params[0];
+
+const char *tt_param_name(todre_param param)
+{
+    for (size_t i = 0; i < tt_nparams; i++)
+        if (tt_params[i].param == param) return tt_params[i].name;
+    fail_msg("tt_param_name: %d is not a parameter of todre.h", (int)param);
+    return "";
+}
+
 void tt_assert_ok_at(todre_status got, const char *expr, const char *file, int line)
 {
     if (got != TODRE_OK) {
@@ -85,13 +114,9 @@ void tt_to_bf16(uint16_t *dst, const float *src, size_t count)
 
 size_t tt_dtype_size(todre_dtype dt)
 {
-    switch (dt) {
-    case TODRE_DTYPE_F32: case TODRE_DTYPE_I32: return 4;
-    case TODRE_DTYPE_F16: case TODRE_DTYPE_BF16: return 2;
-    case TODRE_DTYPE_I64: return 8;
-    case TODRE_DTYPE_U8: return 1;
-    }
-    return 0;
+    size_t size = todre_dtype_size(dt);
+    if (size == 0) fail_msg("tt_dtype_size: unknown dtype %d", (int)dt);
+    return size;
 }
 
 double tt_load_f64(const void *data, todre_dtype dt, size_t i)
@@ -115,25 +140,75 @@ void tt_store(void *data, todre_dtype dt, size_t i, double v)
     }
 }
 
-/* ---- tensors ------------------------------------------------------------------ */
+/* ---- DLTensors ------------------------------------------------------------------ */
 
-todre_tensor *tt_tensor(void *data, todre_dtype dt, int rank, const int64_t *shape,
-                        const int64_t *strides)
+DLDataType tt_dl_dtype(todre_dtype dt)
 {
-    todre_tensor *t = NULL;
-    tt_assert_ok(todre_tensor_create(data, dt, TODRE_DEVICE_HOST, 0, rank, shape, strides, &t));
+    DLDataType t = {kDLFloat, 32, 1};
+    switch (dt) {
+    case TODRE_DTYPE_F32: break;
+    case TODRE_DTYPE_F16: t.bits = 16; break;
+    case TODRE_DTYPE_BF16: t.code = kDLBfloat; t.bits = 16; break;
+    case TODRE_DTYPE_I32: t.code = kDLInt; break;
+    case TODRE_DTYPE_I64: t.code = kDLInt; t.bits = 64; break;
+    case TODRE_DTYPE_U8: t.code = kDLUInt; t.bits = 8; break;
+    default: fail_msg("tt_dl_dtype: unknown dtype %d", (int)dt);
+    }
     return t;
 }
 
-todre_tensor *tt_tensor1(void *data, todre_dtype dt, int64_t n)
+DLTensor todre_test_dl(void *data, DLDataType dtype, int ndim, int64_t *shape, int64_t *strides)
 {
-    return tt_tensor(data, dt, 1, &n, NULL);
+    DLTensor t;
+    memset(&t, 0, sizeof t);
+    t.data = data;
+    t.device.device_type = kDLCPU;
+    t.device.device_id = 0;
+    t.ndim = ndim;
+    t.dtype = dtype;
+    t.shape = shape;
+    t.strides = strides;
+    t.byte_offset = 0;
+    return t;
 }
 
-todre_tensor *tt_tensor2(void *data, todre_dtype dt, int64_t n, int64_t d, int64_t ld)
+const DLTensor *tt_array_init(tt_array *a, void *data, todre_dtype dt, int ndim,
+                              const int64_t *shape, const int64_t *strides)
+{
+    assert_true(ndim >= 0 && ndim <= TODRE_MAX_RANK);
+    memset(a, 0, sizeof *a);
+    for (int i = 0; i < ndim; i++) {
+        a->shape[i] = shape[i];
+        if (strides) a->strides[i] = strides[i];
+    }
+    a->dl = todre_test_dl(data, tt_dl_dtype(dt), ndim, a->shape, strides ? a->strides : NULL);
+    return &a->dl;
+}
+
+const DLTensor *tt_array1(tt_array *a, void *data, todre_dtype dt, int64_t n)
+{
+    return tt_array_init(a, data, dt, 1, &n, NULL);
+}
+
+const DLTensor *tt_array2(tt_array *a, void *data, todre_dtype dt, int64_t n, int64_t d,
+                          int64_t ld)
 {
     int64_t shape[2] = {n, d}, strides[2] = {ld, 1};
-    return tt_tensor(data, dt, 2, shape, strides);
+    return tt_array_init(a, data, dt, 2, shape, strides);
+}
+
+const DLTensor *tt_array3(tt_array *a, void *data, todre_dtype dt, int64_t n0, int64_t n1,
+                          int64_t n2)
+{
+    int64_t shape[3] = {n0, n1, n2};
+    return tt_array_init(a, data, dt, 3, shape, NULL);
+}
+
+const DLTensor *tt_array_on(tt_array *a, DLDeviceType type, int32_t id)
+{
+    a->dl.device.device_type = type;
+    a->dl.device.device_id = id;
+    return &a->dl;
 }
 
 /* ---- library handles ------------------------------------------------------------- */
@@ -141,8 +216,26 @@ todre_tensor *tt_tensor2(void *data, todre_dtype dt, int64_t n, int64_t d, int64
 todre_context *tt_cpu_context(void)
 {
     todre_context *ctx = NULL;
-    tt_assert_ok(todre_context_create(TODRE_BACKEND_CPU, 0, &ctx));
+    tt_assert_ok(todre_context_create("cpu", 0, &ctx));
+    assert_non_null(ctx);
     return ctx;
+}
+
+void tt_cfg_set(todre_select_config *cfg, todre_param param, int64_t value)
+{
+    tt_assert_ok(todre_select_config_set_int(cfg, param, value));
+}
+
+int64_t tt_cfg_get(const todre_select_config *cfg, todre_param param)
+{
+    int64_t v = -12345;
+    tt_assert_ok(todre_select_config_get_int(cfg, param, &v));
+    return v;
+}
+
+void tt_ctx_set(todre_context *ctx, todre_param param, int64_t value)
+{
+    tt_assert_ok(todre_context_set_int(ctx, param, value));
 }
 
 todre_select_config *tt_config(todre_objective obj, todre_pivot piv, int64_t keep,
@@ -150,26 +243,25 @@ todre_select_config *tt_config(todre_objective obj, todre_pivot piv, int64_t kee
 {
     todre_select_config *cfg = NULL;
     tt_assert_ok(todre_select_config_create(&cfg));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_OBJECTIVE, obj));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT, piv));
-    if (keep > 0) tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_KEEP, keep));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_ORDER, order));
+    tt_cfg_set(cfg, TODRE_SELECT_OBJECTIVE, obj);
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT, piv);
+    if (keep > 0) tt_cfg_set(cfg, TODRE_SELECT_KEEP, keep);
+    tt_cfg_set(cfg, TODRE_SELECT_ORDER, order);
     return cfg;
 }
 
-todre_status tt_select_both(todre_context *ctx, todre_select_config *cfg, const todre_tensor *emb,
-                            const todre_tensor *cls, int64_t k, int64_t *sel, int64_t *pos)
+todre_status tt_select_both(todre_context *ctx, todre_select_config *cfg, const DLTensor *emb,
+                            const DLTensor *cls, int64_t k, int64_t *sel, int64_t *pos)
 {
     int64_t *buf = malloc(sizeof(int64_t) * (size_t)(2 * k));
     assert_non_null(buf);
     for (int64_t i = 0; i < 2 * k; i++) buf[i] = -7; /* must all be overwritten */
     int64_t shape[2] = {2, k};
-    todre_tensor *out = tt_tensor(buf, TODRE_DTYPE_I64, 2, shape, NULL);
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_BOTH));
-    todre_status st = todre_select(ctx, cfg, emb, cls, out);
+    DLTensor out = todre_test_dl(buf, tt_dl_dtype(TODRE_DTYPE_I64), 2, shape, NULL);
+    tt_cfg_set(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_BOTH);
+    todre_status st = todre_select(ctx, cfg, emb, cls, &out);
     memcpy(sel, buf, sizeof(int64_t) * (size_t)k);
     memcpy(pos, buf + k, sizeof(int64_t) * (size_t)k);
-    todre_tensor_destroy(out);
     free(buf);
     return st;
 }

@@ -1,6 +1,10 @@
 /* Shared helpers of the CMocka test programs: error assertions that check the
- * message names the argument, tensor construction, deterministic test data,
- * and f16/bf16 input building. Not part of libtodre. */
+ * message names the argument, DLTensor construction, deterministic test data,
+ * and f16/bf16 input building. Not part of libtodre.
+ *
+ * Element types are named with the internal enum of src/dtype.h
+ * (TODRE_DTYPE_F32, ...), which the tests share with the library's internals;
+ * tt_dl_dtype() turns one into the DLPack DLDataType the API takes. */
 #ifndef TODRE_TESTS_TODRE_TEST_H
 #define TODRE_TESTS_TODRE_TEST_H
 
@@ -13,6 +17,7 @@
 #include <cmocka.h>
 
 #include "todre/todre.h"
+#include "dtype.h" /* src/dtype.h: todre_dtype, todre_dtype_size() */
 
 /* Assert that `call` returns `want` and that the failure message (thread-local,
  * and the context's when ctx is non-NULL) contains `name`, the argument the
@@ -21,6 +26,25 @@
     tt_assert_fails_at((ctx), (call), (want), (name), #call, __FILE__, __LINE__)
 void tt_assert_fails_at(const todre_context *ctx, todre_status got, todre_status want,
                         const char *name, const char *expr, const char *file, int line);
+
+/* The same, where the argument to fix is parameter `param`: the message
+ * must contain its name, todre_param_name(param) ("TODRE_SELECT_KEEP"). */
+#define tt_assert_fails_param(ctx, call, want, param) \
+    tt_assert_fails_at((ctx), (call), (want), tt_param_name(param), #call, __FILE__, __LINE__)
+
+/* Every todre_param of todre.h (the experimental ones included), written out
+ * in tests/common/todre_test.c from the header, never read from the library. */
+enum tt_handle_kind { TT_KIND_CONTEXT = 0, TT_KIND_SELECT = 1, TT_KIND_RELEVANCE = 2 };
+struct tt_param_info {
+    todre_param param;
+    const char *name; /* the enumerator's spelling */
+    enum tt_handle_kind kind;
+};
+extern const struct tt_param_info tt_params[];
+extern const size_t tt_nparams;
+/* The name of a parameter from that table (fails the test for others). Does
+ * not call the library, so it never disturbs todre_last_error(). */
+const char *tt_param_name(todre_param param);
 
 /* Assert that `call` returns TODRE_OK (prints the message otherwise). */
 #define tt_assert_ok(call) tt_assert_ok_at((call), #call, __FILE__, __LINE__)
@@ -51,13 +75,40 @@ double tt_load_f64(const void *data, todre_dtype dt, size_t i);
 void tt_store(void *data, todre_dtype dt, size_t i, double v);
 size_t tt_dtype_size(todre_dtype dt);
 
-/* ---- tensors (assert on failure) ------------------------------------------- */
+/* ---- DLTensors ------------------------------------------------------------------ */
 
-todre_tensor *tt_tensor(void *data, todre_dtype dt, int rank, const int64_t *shape,
-                        const int64_t *strides);
-todre_tensor *tt_tensor1(void *data, todre_dtype dt, int64_t n);
+/* The DLPack dtype of an internal dtype (uint8 as kDLUInt 8). */
+DLDataType tt_dl_dtype(todre_dtype dt);
+
+/* A host (kDLCPU, device 0) DLTensor over caller-owned shape and strides
+ * (NULL = compact row-major), byte_offset 0. The DLTensor borrows @p shape
+ * and @p strides: they must outlive its use. */
+DLTensor todre_test_dl(void *data, DLDataType dtype, int ndim, int64_t *shape, int64_t *strides);
+
+/* A DLTensor that owns copies of its shape and strides, for arrays built in
+ * one line. dl.shape / dl.strides point into the struct itself, so a
+ * tt_array must not be copied by value (fill it where it lives). */
+typedef struct tt_array {
+    DLTensor dl;
+    int64_t shape[TODRE_MAX_RANK];
+    int64_t strides[TODRE_MAX_RANK];
+} tt_array;
+
+/* Fill @p a as a host array (ndim <= TODRE_MAX_RANK; strides NULL =
+ * compact) and return &a->dl. */
+const DLTensor *tt_array_init(tt_array *a, void *data, todre_dtype dt, int ndim,
+                              const int64_t *shape, const int64_t *strides);
+/* [n], compact. */
+const DLTensor *tt_array1(tt_array *a, void *data, todre_dtype dt, int64_t n);
 /* [n, d] with row stride ld (elements). */
-todre_tensor *tt_tensor2(void *data, todre_dtype dt, int64_t n, int64_t d, int64_t ld);
+const DLTensor *tt_array2(tt_array *a, void *data, todre_dtype dt, int64_t n, int64_t d,
+                          int64_t ld);
+/* [n0, n1, n2], compact. */
+const DLTensor *tt_array3(tt_array *a, void *data, todre_dtype dt, int64_t n0, int64_t n1,
+                          int64_t n2);
+/* Move @p a to another device (e.g. kDLCUDA to test device checks on a CPU
+ * context; the data is never dereferenced then) and return &a->dl. */
+const DLTensor *tt_array_on(tt_array *a, DLDeviceType type, int32_t id);
 
 /* ---- library handles (assert on failure) ------------------------------------ */
 
@@ -65,10 +116,14 @@ todre_context *tt_cpu_context(void);
 /* A configuration with keep = k (0 = leave the ratio) and the given order. */
 todre_select_config *tt_config(todre_objective obj, todre_pivot piv, int64_t keep,
                                todre_order order);
+/* Set an integer parameter, asserting success (works for every handle kind). */
+void tt_cfg_set(todre_select_config *cfg, todre_param param, int64_t value);
+int64_t tt_cfg_get(const todre_select_config *cfg, todre_param param);
+void tt_ctx_set(todre_context *ctx, todre_param param, int64_t value);
 
 /* Run todre_select with ORDER_BOTH into sel[k] and pos[k]; returns status. */
-todre_status tt_select_both(todre_context *ctx, todre_select_config *cfg, const todre_tensor *emb,
-                            const todre_tensor *cls, int64_t k, int64_t *sel, int64_t *pos);
+todre_status tt_select_both(todre_context *ctx, todre_select_config *cfg, const DLTensor *emb,
+                            const DLTensor *cls, int64_t k, int64_t *sel, int64_t *pos);
 
 /* Assert pos is the ascending sort of sel (k entries, all distinct, in [0, n)). */
 void tt_assert_position_order(const int64_t *sel, const int64_t *pos, int64_t k, int64_t n);

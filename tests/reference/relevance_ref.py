@@ -1,8 +1,8 @@
 """Float64 NumPy reference for ToDRE stage 2 (relevance drop).
 
 Written from the paper's equation (alpha_{t->v}, alpha_{v->t}; section
-"Relevance-Driven Token Compression") and DESIGN.md section 3, not from the C
-code:
+"Relevance-Driven Token Compression") and docs/semantics.md ("Stage 2:
+relevance drop"), not from the C code:
 
     alpha_t2v = sum_{h, i in T, j in V} A[h,i,j] / sum_{h, i in T, all j} A[h,i,j]
     alpha_v2t = sum_{h, i in V, j in T} A[h,i,j] / sum_{h, i in V, all j} A[h,i,j]

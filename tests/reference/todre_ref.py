@@ -1,7 +1,7 @@
 """Independent float64 reference for ToDRE stage 1 (diversity selection).
 
 Written from the paper's Algorithm 1 (greedy max-sum diversification) and
-DESIGN.md section 2 plus the pinned semantics, not from libtodre's C code.
+docs/semantics.md ("Stage 1: diversity selection"), not from libtodre's C code.
 Everything is computed in float64 with plain NumPy, for readability rather
 than speed; ties always go to the lowest index (np.argmin / np.argmax return
 the first occurrence, which is exactly that rule).

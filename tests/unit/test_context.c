@@ -1,50 +1,62 @@
-/* Contexts: backend choice (AUTO falls back to CPU, explicit CUDA without a
- * GPU is BACKEND_UNAVAILABLE), parameters with their defaults and ranges,
- * streams, and that the stage-1 strategies and workspace limits change how
- * the work is done but never which tokens are selected. */
+/* Contexts: backend choice by name (NULL / "auto" falls back to "cpu",
+ * explicit "cuda" without a GPU is BACKEND_UNAVAILABLE), the device, parameters
+ * with their defaults and ranges, streams, and that the stage-1 strategies,
+ * workspace limits and thread counts change how the work is done but never
+ * which tokens are selected. */
 #include <stdlib.h>
 #include <string.h>
 
+#define TODRE_EXPERIMENTAL_API /* TODRE_CONTEXT_EXP_SELECT_STRATEGY */
 #include "todre_test.h"
 
+/* Whether the registry lists an available "cuda" backend. */
 static int cuda_available(void)
 {
-    int avail = -1;
-    tt_assert_ok(todre_backend_available(TODRE_BACKEND_CUDA, &avail));
-    assert_true(avail == 0 || avail == 1);
-    return avail;
+    int count = 0;
+    tt_assert_ok(todre_backend_count(&count));
+    for (int i = 0; i < count; i++) {
+        todre_backend_props p;
+        memset(&p, 0, sizeof p);
+        p.struct_size = sizeof p;
+        tt_assert_ok(todre_backend_get_props(i, &p));
+        if (!strcmp(p.name, "cuda")) {
+            assert_true(p.available == 0 || p.available == 1);
+            return p.available;
+        }
+    }
+    return 0;
 }
 
-/* CPU contexts always work and report CPU; destroy accepts NULL. */
+/* CPU contexts always work, report "cpu" on host device 0; destroy accepts NULL. */
 static void test_cpu_context(void **state)
 {
     (void)state;
     todre_context *ctx = tt_cpu_context();
-    todre_backend_kind kind = TODRE_BACKEND_AUTO;
-    tt_assert_ok(todre_context_backend(ctx, &kind));
-    assert_int_equal(kind, TODRE_BACKEND_CPU);
+    assert_string_equal(todre_context_backend(ctx), "cpu");
+    DLDevice dev = {kDLCUDA, 7};
+    tt_assert_ok(todre_context_device(ctx, &dev));
+    assert_int_equal(dev.device_type, kDLCPU);
+    assert_int_equal(dev.device_id, 0);
     tt_assert_ok(todre_context_synchronize(ctx));
     todre_context_destroy(ctx);
     todre_context_destroy(NULL);
-    int avail = 0;
-    tt_assert_ok(todre_backend_available(TODRE_BACKEND_CPU, &avail));
-    assert_int_equal(avail, 1);
-    tt_assert_ok(todre_backend_available(TODRE_BACKEND_AUTO, &avail));
-    assert_int_equal(avail, 1);
+    assert_string_equal(todre_context_backend(NULL), "");
 }
 
-/* AUTO resolves to CUDA exactly when CUDA can run, else to CPU silently. */
+/* NULL and "auto" resolve to CUDA exactly when CUDA can run, else to CPU
+ * silently; the name reported is never "auto". */
 static void test_auto_backend(void **state)
 {
     (void)state;
     int cuda = cuda_available();
-    todre_context *ctx = NULL;
-    tt_assert_ok(todre_context_create(TODRE_BACKEND_AUTO, 0, &ctx));
-    todre_backend_kind kind = TODRE_BACKEND_AUTO;
-    tt_assert_ok(todre_context_backend(ctx, &kind));
-    assert_int_equal(kind, cuda ? TODRE_BACKEND_CUDA : TODRE_BACKEND_CPU);
-    assert_string_equal(todre_last_error(), "");
-    todre_context_destroy(ctx);
+    const char *names[2] = {NULL, "auto"};
+    for (int i = 0; i < 2; i++) {
+        todre_context *ctx = NULL;
+        tt_assert_ok(todre_context_create(names[i], 0, &ctx));
+        assert_string_equal(todre_context_backend(ctx), cuda ? "cuda" : "cpu");
+        assert_string_equal(todre_last_error(), "");
+        todre_context_destroy(ctx);
+    }
 }
 
 /* Explicit CUDA where it cannot run: BACKEND_UNAVAILABLE, a reason, NULL out. */
@@ -52,83 +64,96 @@ static void test_explicit_cuda(void **state)
 {
     (void)state;
     int cuda = cuda_available();
-    if (!cuda) assert_true(strlen(todre_last_error()) > 0); /* available = 0 says why */
-    todre_context *ctx = (todre_context *)&ctx;             /* must be reset to NULL */
-    todre_status st = todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx);
+    todre_context *const sentinel = (todre_context *)&cuda;
+    todre_context *ctx = sentinel; /* out-pointers are written only on success */
+    todre_status st = todre_context_create("cuda", 0, &ctx);
     if (cuda) {
         tt_assert_ok(st);
+        assert_string_equal(todre_context_backend(ctx), "cuda");
         todre_context_destroy(ctx);
         return;
     }
-    tt_assert_fails(NULL, st, TODRE_ERR_BACKEND_UNAVAILABLE, "CUDA");
-    assert_true(strlen(todre_last_error()) > strlen("CUDA backend: "));
-    assert_null(ctx);
+    tt_assert_fails(NULL, st, TODRE_ERR_BACKEND_UNAVAILABLE, "cuda");
+    assert_true(strlen(todre_last_error()) > strlen("cuda: "));
+    assert_ptr_equal(ctx, sentinel);
 }
 
-/* Bad create arguments name kind, device and out. */
+/* Bad create arguments name backend, device and out. */
 static void test_create_contract(void **state)
 {
     (void)state;
-    todre_context *ctx = NULL;
-    tt_assert_fails(NULL, todre_context_create(TODRE_BACKEND_CPU, 0, NULL),
-                    TODRE_ERR_INVALID_ARGUMENT, "out");
-    tt_assert_fails(NULL, todre_context_create((todre_backend_kind)3, 0, &ctx),
-                    TODRE_ERR_INVALID_ARGUMENT, "kind");
-    assert_null(ctx);
-    tt_assert_fails(NULL, todre_context_create((todre_backend_kind)-1, 0, &ctx),
-                    TODRE_ERR_INVALID_ARGUMENT, "kind");
-    tt_assert_fails(NULL, todre_context_create(TODRE_BACKEND_CUDA, -1, &ctx),
-                    TODRE_ERR_INVALID_ARGUMENT, "device");
-    int avail;
-    tt_assert_fails(NULL, todre_backend_available(TODRE_BACKEND_CPU, NULL),
-                    TODRE_ERR_INVALID_ARGUMENT, "available");
-    tt_assert_fails(NULL, todre_backend_available((todre_backend_kind)5, &avail),
-                    TODRE_ERR_INVALID_ARGUMENT, "kind");
-    tt_assert_fails(NULL, todre_context_backend(NULL, (todre_backend_kind *)&avail),
-                    TODRE_ERR_INVALID_ARGUMENT, "ctx");
+    todre_context *const sentinel = (todre_context *)&state;
+    todre_context *ctx = sentinel; /* written only on success */
+    tt_assert_fails(NULL, todre_context_create("cpu", 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "out");
+    /* a well-formed name nothing registered: unavailable, saying what was searched */
+    tt_assert_fails(NULL, todre_context_create("nosuch", 0, &ctx), TODRE_ERR_BACKEND_UNAVAILABLE,
+                    "nosuch");
+    assert_non_null(strstr(todre_last_error(), "backend"));
+    assert_ptr_equal(ctx, sentinel);
+    /* names that cannot be backend names */
+    tt_assert_fails(NULL, todre_context_create("", 0, &ctx), TODRE_ERR_INVALID_ARGUMENT, "backend");
+    tt_assert_fails(NULL, todre_context_create("a b", 0, &ctx), TODRE_ERR_INVALID_ARGUMENT, "backend");
+    tt_assert_fails(NULL, todre_context_create("CPU", 0, &ctx), TODRE_ERR_INVALID_ARGUMENT,
+                    "backend"); /* names are exact */
+    tt_assert_fails(NULL, todre_context_create("cpu", 1, &ctx), TODRE_ERR_INVALID_ARGUMENT, "device");
+    tt_assert_fails(NULL, todre_context_create("cpu", -1, &ctx), TODRE_ERR_INVALID_ARGUMENT, "device");
+    tt_assert_fails(NULL, todre_context_create("cuda", -1, &ctx), TODRE_ERR_INVALID_ARGUMENT,
+                    "device");
+    assert_ptr_equal(ctx, sentinel);
+    DLDevice dev;
+    tt_assert_fails(NULL, todre_context_device(NULL, &dev), TODRE_ERR_INVALID_ARGUMENT, "ctx");
     ctx = tt_cpu_context();
-    tt_assert_fails(NULL, todre_context_backend(ctx, NULL), TODRE_ERR_INVALID_ARGUMENT, "out");
+    tt_assert_fails(NULL, todre_context_device(ctx, NULL), TODRE_ERR_INVALID_ARGUMENT, "device");
     todre_context_destroy(ctx);
 }
 
+static int64_t ctx_get(const todre_context *ctx, todre_param p)
+{
+    int64_t v = -12345;
+    tt_assert_ok(todre_context_get_int(ctx, p, &v));
+    return v;
+}
+
 /* Documented defaults; values round-trip; out-of-range values are rejected
- * with a message naming the value and leave the parameter unchanged. */
+ * with a message naming the parameter and leave it unchanged. */
 static void test_params(void **state)
 {
     (void)state;
     todre_context *ctx = tt_cpu_context();
     int64_t v = -1;
-    tt_assert_ok(todre_context_get_param(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, &v));
-    assert_int_equal(v, 268435456);
-    tt_assert_ok(todre_context_get_param(ctx, TODRE_CONTEXT_SELECT_STRATEGY, &v));
-    assert_int_equal(v, 0);
-    tt_assert_ok(todre_context_get_param(ctx, TODRE_CONTEXT_NUM_THREADS, &v));
-    assert_int_equal(v, 0);
+    assert_int_equal(ctx_get(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT), 268435456);
+    assert_int_equal(ctx_get(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY), 0);
+    assert_int_equal(ctx_get(ctx, TODRE_CONTEXT_NUM_THREADS), 0);
 
-    static const struct { todre_context_param p; int64_t good, bad; } cases[] = {
+    static const struct { todre_param p; int64_t good, bad; } cases[] = {
         {TODRE_CONTEXT_WORKSPACE_LIMIT, 0, -1},
         {TODRE_CONTEXT_WORKSPACE_LIMIT, INT64_MAX, INT64_MIN},
-        {TODRE_CONTEXT_SELECT_STRATEGY, 3, 4},
-        {TODRE_CONTEXT_SELECT_STRATEGY, 1, -1},
+        {TODRE_CONTEXT_EXP_SELECT_STRATEGY, 3, 4},
+        {TODRE_CONTEXT_EXP_SELECT_STRATEGY, 1, -1},
         {TODRE_CONTEXT_NUM_THREADS, 1, -1},
+        {TODRE_CONTEXT_NUM_THREADS, 1024, 1025},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        tt_assert_ok(todre_context_set_param(ctx, cases[i].p, cases[i].good));
-        tt_assert_fails(ctx, todre_context_set_param(ctx, cases[i].p, cases[i].bad),
-                        TODRE_ERR_INVALID_ARGUMENT, "value");
-        tt_assert_ok(todre_context_get_param(ctx, cases[i].p, &v));
-        assert_int_equal(v, cases[i].good);
+        tt_assert_ok(todre_context_set_int(ctx, cases[i].p, cases[i].good));
+        tt_assert_fails_param(ctx, todre_context_set_int(ctx, cases[i].p, cases[i].bad),
+                              TODRE_ERR_INVALID_ARGUMENT, cases[i].p);
+        assert_int_equal(ctx_get(ctx, cases[i].p), cases[i].good);
     }
-    tt_assert_fails(ctx, todre_context_set_param(ctx, (todre_context_param)3, 0),
+    tt_assert_fails(ctx, todre_context_set_int(ctx, (todre_param)102, 0),
                     TODRE_ERR_INVALID_ARGUMENT, "param");
-    tt_assert_fails(NULL, todre_context_get_param(ctx, (todre_context_param)3, &v),
+    tt_assert_fails(ctx, todre_context_get_int(ctx, (todre_param)102, &v),
                     TODRE_ERR_INVALID_ARGUMENT, "param");
-    tt_assert_fails(NULL, todre_context_get_param(ctx, TODRE_CONTEXT_NUM_THREADS, NULL),
+    tt_assert_fails(ctx, todre_context_get_int(ctx, TODRE_CONTEXT_NUM_THREADS, NULL),
                     TODRE_ERR_INVALID_ARGUMENT, "value");
-    tt_assert_fails(NULL, todre_context_get_param(NULL, TODRE_CONTEXT_NUM_THREADS, &v),
+    tt_assert_fails(NULL, todre_context_get_int(NULL, TODRE_CONTEXT_NUM_THREADS, &v),
                     TODRE_ERR_INVALID_ARGUMENT, "ctx");
-    tt_assert_fails(NULL, todre_context_set_param(NULL, TODRE_CONTEXT_NUM_THREADS, 1),
+    tt_assert_fails(NULL, todre_context_set_int(NULL, TODRE_CONTEXT_NUM_THREADS, 1),
                     TODRE_ERR_INVALID_ARGUMENT, "ctx");
+    /* reset(PARAMS) restores every default */
+    tt_assert_ok(todre_context_reset(ctx, TODRE_RESET_PARAMS));
+    assert_int_equal(ctx_get(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT), 268435456);
+    assert_int_equal(ctx_get(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY), 0);
+    assert_int_equal(ctx_get(ctx, TODRE_CONTEXT_NUM_THREADS), 0);
     todre_context_destroy(ctx);
 }
 
@@ -162,15 +187,13 @@ static void select_with(const float *x, int64_t n, int64_t d, todre_objective ob
                         const int64_t params[3], int64_t *sel)
 {
     todre_context *ctx = tt_cpu_context();
-    tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_SELECT_STRATEGY, params[0]));
-    tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, params[1]));
-    tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_NUM_THREADS, params[2]));
+    tt_ctx_set(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, params[0]);
+    tt_ctx_set(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, params[1]);
+    tt_ctx_set(ctx, TODRE_CONTEXT_NUM_THREADS, params[2]);
     todre_select_config *cfg = tt_config(obj, TODRE_PIVOT_AUTO, k, TODRE_ORDER_SELECTION);
-    todre_tensor *emb = tt_tensor2((void *)x, TODRE_DTYPE_F32, n, d, d);
-    todre_tensor *out = tt_tensor1(sel, TODRE_DTYPE_I64, k);
-    tt_assert_ok(todre_select(ctx, cfg, emb, NULL, out));
-    todre_tensor_destroy(out);
-    todre_tensor_destroy(emb);
+    tt_array emb, out;
+    tt_assert_ok(todre_select(ctx, cfg, tt_array2(&emb, (void *)x, TODRE_DTYPE_F32, n, d, d), NULL,
+                              tt_array1(&out, sel, TODRE_DTYPE_I64, k)));
     todre_select_config_destroy(cfg);
     todre_context_destroy(ctx);
 }

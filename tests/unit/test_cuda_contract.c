@@ -1,26 +1,192 @@
 /* The CUDA backend's contract as seen through the public API, on any machine:
- * AUTO falls back to CPU silently, an explicit CUDA request that cannot run
- * is a clear BACKEND_UNAVAILABLE (naming a missing module file), and tensors
- * on the wrong side (host memory in a CUDA context, a CUDA descriptor in a
- * CPU context) are INVALID_ARGUMENT naming the tensor.
+ *  - the registry lists "cuda" when the module is built, with its file, its
+ *    availability (with the reason when it cannot run) and, when available,
+ *    sensible device properties; asking creates no CUDA state;
+ *  - "auto" falls back to the CPU silently; naming "cuda" where it cannot run
+ *    is a clear BACKEND_UNAVAILABLE, and a missing module file is named;
+ *  - arrays on the wrong side (host memory in a CUDA context, a CUDA
+ *    descriptor in a CPU context) are INVALID_ARGUMENT naming the array;
+ *  - with a device: the memory functions (alloc, copy both ways, free).
  *
  * Uses no CUDA header: it builds and runs without the toolkit. Cases that
- * need a GPU are reported as skipped on machines without one. */
+ * need a usable CUDA device are reported as skipped where there is none.
+ * Built again against the CPU emulator (TODRE_TEST_EMULATED_RT,
+ * tests/cuda_emu.cmake) it also reads the emulator's counters, and checks
+ * that a stream under CUDA-graph capture is refused. */
 #define _POSIX_C_SOURCE 200809L
+#define TODRE_EXPERIMENTAL_API
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "todre_test.h"
 
+#ifdef TODRE_TEST_EMULATED_RT
+#include <cuda_runtime_api.h> /* the emulator's: counters, TODRE_EMU_* */
+
+static struct todre_emu_counters counters(void)
+{
+    struct todre_emu_counters c;
+    todre_emu_get_counters(&c);
+    return c;
+}
+#endif
+
+#define MISSING_MODULE "/nonexistent/todre-test-dir/libtodre-cuda.so"
+
+static char *self_exe; /* argv[0], for the child runs */
+
+/* Registry index of "cuda", or -1; fills @p props when found. */
+static int find_cuda(todre_backend_props *props)
+{
+    int n = 0;
+    tt_assert_ok(todre_backend_count(&n));
+    for (int i = 0; i < n; i++) {
+        todre_backend_props p;
+        memset(&p, 0, sizeof p);
+        p.struct_size = sizeof p;
+        tt_assert_ok(todre_backend_get_props(i, &p));
+        if (p.name && strcmp(p.name, "cuda") == 0) {
+            if (props) *props = p;
+            return i;
+        }
+    }
+    return -1;
+}
+
 static int cuda_available(void)
 {
-    int avail = 0;
-    tt_assert_ok(todre_backend_available(TODRE_BACKEND_CUDA, &avail));
-    return avail;
+    todre_backend_props p;
+    return find_cuda(&p) >= 0 && p.available;
 }
+
+/* The reason this run expects "cuda" to be unavailable for (set by the
+ * emulated no-device / old-device runs), or NULL. */
+static const char *expected_reason(void)
+{
+    const char *r = getenv("TODRE_TEST_EXPECT_REASON");
+    return r && r[0] ? r : NULL;
+}
+
+/* ---- registry ---------------------------------------------------------------- */
+
+/* "cuda" is registered from the module file, says whether it can run (and why
+ * not), describes its devices, and none of this creates CUDA state. Runs
+ * first, so that the registry's scan happens inside the emulator counters'
+ * window. */
+static void test_registry_reports_cuda(void **state)
+{
+    (void)state;
+#ifdef TODRE_TEST_EMULATED_RT
+    struct todre_emu_counters before = counters();
+#endif
+    int n = 0;
+    tt_assert_ok(todre_backend_count(&n));
+    assert_true(n >= 1);
+    todre_backend_props cpu;
+    memset(&cpu, 0, sizeof cpu);
+    cpu.struct_size = sizeof cpu;
+    tt_assert_ok(todre_backend_get_props(0, &cpu));
+    assert_string_equal(cpu.name, "cpu");
+
+    todre_backend_props p;
+    int idx = find_cuda(&p);
+#ifndef TODRE_TEST_CUDA_MODULE_BUILT
+    /* No module in this build: nothing registered to describe (a module
+     * installed elsewhere on this machine may still be found). */
+    if (idx < 0) {
+        todre_context *ctx = NULL;
+        assert_int_equal(todre_context_create("cuda", 0, &ctx), TODRE_ERR_BACKEND_UNAVAILABLE);
+        assert_null(ctx);
+        return;
+    }
+#endif
+    assert_true(idx >= 1);
+    assert_string_equal(p.name, "cuda");
+    assert_int_equal(p.device_type, kDLCUDA);
+    assert_non_null(p.path);
+    assert_non_null(p.reason);
+#ifdef TODRE_TEST_EMULATED_RT
+    /* Loaded from the file TODRE_BACKEND_PATH names, whatever its name. */
+    assert_non_null(getenv("TODRE_BACKEND_PATH"));
+    assert_string_equal(p.path, getenv("TODRE_BACKEND_PATH"));
+#else
+    const char *base = strrchr(p.path, '/');
+    assert_non_null(base);
+    assert_string_equal(base + 1, "libtodre-cuda.so");
+#endif
+
+    const char *want_reason = expected_reason();
+    if (p.available) {
+        assert_null(want_reason);
+        assert_true(p.device_count >= 1);
+        assert_string_equal(p.reason, "");
+    } else {
+        assert_int_equal(p.device_count, 0);
+        assert_true(strlen(p.reason) > 0);
+        if (want_reason && !strstr(p.reason, want_reason))
+            fail_msg("reason \"%s\" does not say \"%s\"", p.reason, want_reason);
+    }
+#ifdef TODRE_TEST_EMULATED_RT
+    /* The emulated device is present unless this run hides it. */
+    assert_int_equal(p.available, want_reason == NULL);
+    if (p.available) assert_int_equal(p.device_count, 1);
+#endif
+
+    for (int dev = 0; dev < p.device_count; dev++) {
+        todre_device_props d;
+        memset(&d, 0, sizeof d);
+        d.struct_size = sizeof d;
+        tt_assert_ok(todre_device_get_props("cuda", dev, &d));
+        assert_true(strlen(d.name) > 0);
+        char arch[64];
+        snprintf(arch, sizeof arch, "sm_%d%d", d.compute_major, d.compute_minor);
+        assert_string_equal(d.arch, arch);
+        assert_true(d.compute_major >= 8);
+        assert_true(d.total_memory > 0);
+        assert_true(d.cores > 0);
+#ifdef TODRE_TEST_EMULATED_RT
+        assert_string_equal(d.name, "libtodre CPU emulator");
+        assert_string_equal(d.arch, "sm_90");
+        assert_int_equal(d.total_memory, (int64_t)8 << 30);
+        assert_int_equal(d.cores, getenv("TODRE_EMU_SMS") ? atoi(getenv("TODRE_EMU_SMS")) : 4);
+#endif
+    }
+    if (p.available) {
+        todre_device_props d;
+        memset(&d, 0, sizeof d);
+        d.struct_size = sizeof d;
+        tt_assert_fails(NULL, todre_device_get_props("cuda", p.device_count, &d),
+                        TODRE_ERR_INVALID_ARGUMENT, "device");
+    }
+
+#ifdef TODRE_TEST_EMULATED_RT
+    /* The module was asked (device queries), and nothing was created: no
+     * cuBLAS handle, no device or pinned memory, no event, no launch. */
+    struct todre_emu_counters after = counters();
+    assert_true(after.device_queries > before.device_queries);
+    assert_int_equal(after.blas_handles - before.blas_handles, 0);
+    assert_int_equal(after.device_allocs - before.device_allocs, 0);
+    assert_int_equal(after.host_allocs - before.host_allocs, 0);
+    assert_int_equal(after.events - before.events, 0);
+    assert_int_equal(after.launches - before.launches, 0);
+    /* Creating a context is what pays for them. */
+    if (p.available) {
+        todre_context *ctx = NULL;
+        tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+        struct todre_emu_counters created = counters();
+        assert_int_equal(created.blas_handles - after.blas_handles, 1);
+        assert_true(created.device_allocs > after.device_allocs);
+        todre_context_destroy(ctx);
+    }
+#endif
+}
+
+/* ---- choosing a backend -------------------------------------------------------------- */
 
 /* Run fn with stdout and stderr redirected to a temporary file; return how
  * many bytes it printed. */
@@ -48,82 +214,117 @@ static long printed_by(void (*fn)(void *), void *arg)
 }
 
 struct auto_result {
-    todre_status st;
-    todre_backend_kind kind;
+    todre_status st[2];
+    char name[2][32];
 };
 
 static void create_auto(void *arg)
 {
     struct auto_result *r = arg;
-    todre_context *ctx = NULL;
-    r->st = todre_context_create(TODRE_BACKEND_AUTO, 0, &ctx);
-    r->kind = TODRE_BACKEND_AUTO;
-    if (r->st == TODRE_OK) todre_context_backend(ctx, &r->kind);
-    todre_context_destroy(ctx);
+    const char *names[2] = {"auto", NULL};
+    for (int i = 0; i < 2; i++) {
+        todre_context *ctx = NULL;
+        r->st[i] = todre_context_create(names[i], 0, &ctx);
+        snprintf(r->name[i], sizeof r->name[i], "%s", ctx ? todre_context_backend(ctx) : "");
+        todre_context_destroy(ctx);
+    }
 }
 
-/* AUTO succeeds, runs on CUDA exactly when CUDA is available, prints
- * nothing and leaves no error message behind. */
+/* "auto" and NULL succeed, run on CUDA exactly when CUDA is available, print
+ * nothing and leave no error message behind. */
 static void test_auto_falls_back_silently(void **state)
 {
     (void)state;
     int avail = cuda_available();
     struct auto_result r;
     long bytes = printed_by(create_auto, &r);
-    assert_int_equal(r.st, TODRE_OK);
-    assert_int_equal(r.kind, avail ? TODRE_BACKEND_CUDA : TODRE_BACKEND_CPU);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(r.st[i], TODRE_OK);
+        assert_string_equal(r.name[i], avail ? "cuda" : "cpu");
+    }
     assert_int_equal(bytes, 0);
     assert_string_equal(todre_last_error(), "");
 }
 
-/* Without a usable GPU, explicit CUDA is BACKEND_UNAVAILABLE with a reason,
- * the out-pointer is NULL, and todre_backend_available says 0 with the same
- * kind of reason. */
-static void test_explicit_cuda_unavailable(void **state)
+/* Naming "cuda": where it cannot run, BACKEND_UNAVAILABLE with the reason
+ * (the module's, with the CUDA error text, or that no module is registered);
+ * where it can, a CUDA context on device 0, and a device index the machine
+ * lacks is INVALID_ARGUMENT naming the device. The out-pointer is written
+ * only on success. */
+static void test_explicit_cuda(void **state)
 {
     (void)state;
-    if (cuda_available()) skip();
-    todre_context *ctx = (todre_context *)&ctx; /* must be overwritten */
-    assert_int_equal(todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx),
-                     TODRE_ERR_BACKEND_UNAVAILABLE);
-    assert_null(ctx);
-    assert_true(strlen(todre_last_error()) > 0);
-    assert_non_null(strstr(todre_last_error(), "CUDA"));
+    todre_context *const sentinel = (todre_context *)(uintptr_t)0x5a5a;
+    todre_context *ctx = sentinel;
+    todre_status st = todre_context_create("cuda", 0, &ctx);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", todre_last_error());
+    todre_backend_props p;
+    int idx = find_cuda(&p);
+    if (idx < 0 || !p.available) {
+        assert_int_equal(st, TODRE_ERR_BACKEND_UNAVAILABLE);
+        assert_ptr_equal(ctx, sentinel);
+        if (idx >= 0) {
+            if (!strstr(msg, p.reason)) fail_msg("message \"%s\" lacks the reason \"%s\"", msg, p.reason);
+            assert_non_null(strstr(msg, "CUDA"));
+        } else {
+            assert_non_null(strstr(msg, "cuda"));
+        }
+        const char *want = expected_reason();
+        if (want && !strstr(msg, want)) fail_msg("message \"%s\" does not say \"%s\"", msg, want);
+        return;
+    }
+    tt_assert_ok(st);
+    assert_string_equal(todre_context_backend(ctx), "cuda");
+    DLDevice dev = {kDLCPU, -1};
+    tt_assert_ok(todre_context_device(ctx, &dev));
+    assert_int_equal(dev.device_type, kDLCUDA);
+    assert_int_equal(dev.device_id, 0);
+    todre_context_destroy(ctx);
 
-    int avail = 1;
-    assert_int_equal(todre_backend_available(TODRE_BACKEND_CUDA, &avail), TODRE_OK);
-    assert_int_equal(avail, 0);
-    assert_true(strlen(todre_last_error()) > 0);
+    ctx = sentinel;
+    tt_assert_fails(NULL, todre_context_create("cuda", p.device_count, &ctx),
+                    TODRE_ERR_INVALID_ARGUMENT, "device");
+    assert_ptr_equal(ctx, sentinel);
 }
 
-/* TODRE_CUDA_MODULE naming a missing file: explicit CUDA fails and the
- * message names that path (on any machine, GPU or not); AUTO still works. */
+/* Child of test_missing_module_is_named, in a process of its own because
+ * the registry scans once per process: TODRE_BACKEND_PATH names a file that
+ * does not exist. "cuda" fails naming that path; "auto" still works. */
+static void child_missing_module(void **state)
+{
+    (void)state;
+    assert_string_equal(getenv("TODRE_BACKEND_PATH"), MISSING_MODULE);
+    assert_true(find_cuda(NULL) < 0);
+    todre_context *ctx = NULL;
+    assert_int_equal(todre_context_create("cuda", 0, &ctx), TODRE_ERR_BACKEND_UNAVAILABLE);
+    assert_null(ctx);
+    if (!strstr(todre_last_error(), MISSING_MODULE))
+        fail_msg("message \"%s\" does not name %s", todre_last_error(), MISSING_MODULE);
+    tt_assert_ok(todre_context_create("auto", 0, &ctx));
+    assert_string_equal(todre_context_backend(ctx), "cpu");
+    todre_context_destroy(ctx);
+}
+
 static void test_missing_module_is_named(void **state)
 {
     (void)state;
-    const char *path = "/nonexistent/todre-test-dir/libtodre-cuda.so";
-    /* Restored afterwards: under the emulator it names the module to use. */
-    char *saved = getenv("TODRE_CUDA_MODULE") ? strdup(getenv("TODRE_CUDA_MODULE")) : NULL;
-    assert_int_equal(setenv("TODRE_CUDA_MODULE", path, 1), 0);
-    todre_context *ctx = NULL;
-    todre_status st = todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx);
-    char msg[1024];
-    snprintf(msg, sizeof msg, "%s", todre_last_error());
-    todre_context *auto_ctx = NULL;
-    todre_status st_auto = todre_context_create(TODRE_BACKEND_AUTO, 0, &auto_ctx);
-    todre_backend_kind kind = TODRE_BACKEND_AUTO;
-    if (auto_ctx) todre_context_backend(auto_ctx, &kind);
-    todre_context_destroy(auto_ctx);
-    if (saved) setenv("TODRE_CUDA_MODULE", saved, 1);
-    else unsetenv("TODRE_CUDA_MODULE");
-    free(saved);
-
-    assert_int_equal(st, TODRE_ERR_BACKEND_UNAVAILABLE);
-    assert_null(ctx);
-    assert_non_null(strstr(msg, path));
-    assert_int_equal(st_auto, TODRE_OK);
-    assert_int_equal(kind, TODRE_BACKEND_CPU);
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("TODRE_BACKEND_PATH", MISSING_MODULE, 1);
+        execl(self_exe, self_exe, "--child-missing-module", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
 }
+
+/* ---- arrays on the wrong side ------------------------------------------------------- */
 
 /* A descriptor that says CUDA given to a CPU context is rejected before any
  * memory is read (the pointer below is never dereferenced). */
@@ -131,138 +332,320 @@ static void test_cuda_descriptor_in_cpu_context(void **state)
 {
     (void)state;
     todre_context *ctx = tt_cpu_context();
-    int64_t shape[2] = {16, 8};
-    todre_tensor *emb = NULL;
-    tt_assert_ok(todre_tensor_create((void *)(uintptr_t)0x1000, TODRE_DTYPE_F32,
-                                     TODRE_DEVICE_CUDA, 0, 2, shape, NULL, &emb));
+    tt_array emb, out, attn;
+    tt_array2(&emb, (void *)(uintptr_t)0x1000, TODRE_DTYPE_F32, 16, 8, 8);
+    tt_array_on(&emb, kDLCUDA, 0);
     int64_t out_buf[4];
-    todre_tensor *out = tt_tensor1(out_buf, TODRE_DTYPE_I64, 4);
+    tt_array1(&out, out_buf, TODRE_DTYPE_I64, 4);
     todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, 4,
                                          TODRE_ORDER_POSITION);
-    tt_assert_fails(ctx, todre_select(ctx, cfg, emb, NULL, out), TODRE_ERR_INVALID_ARGUMENT,
-                    "embeddings");
+    tt_assert_fails(ctx, todre_select(ctx, cfg, &emb.dl, NULL, &out.dl),
+                    TODRE_ERR_INVALID_ARGUMENT, "embeddings");
 
-    int64_t ashape[3] = {2, 4, 4};
-    todre_tensor *attn = NULL;
-    tt_assert_ok(todre_tensor_create((void *)(uintptr_t)0x1000, TODRE_DTYPE_F32,
-                                     TODRE_DEVICE_CUDA, 0, 3, ashape, NULL, &attn));
+    tt_array3(&attn, (void *)(uintptr_t)0x1000, TODRE_DTYPE_F32, 2, 4, 4);
+    tt_array_on(&attn, kDLCUDA, 0);
     todre_relevance *rel = NULL;
     tt_assert_ok(todre_relevance_create(1, 1, &rel));
-    int64_t layer0 = 0;
-    tt_assert_ok(todre_relevance_set_probe_layers(rel, &layer0, 1));
     tt_assert_ok(todre_relevance_set_layout(rel, 1, 2, 1));
-    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, rel, 0, attn, NULL),
+    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, rel, 0, &attn.dl, NULL),
                     TODRE_ERR_INVALID_ARGUMENT, "attn");
 
     todre_relevance_destroy(rel);
-    todre_tensor_destroy(attn);
     todre_select_config_destroy(cfg);
-    todre_tensor_destroy(out);
-    todre_tensor_destroy(emb);
     todre_context_destroy(ctx);
 }
 
-/* With a GPU: host memory described as CUDA memory is caught by the backend
- * (cudaPointerGetAttributes) and named, for stage 1 and stage 2. */
+/* With a device: host memory described as CUDA memory is caught by the
+ * backend (cudaPointerGetAttributes) and named, for stage 1, stage 2 and a
+ * copy; the context stays usable afterwards. */
 static void test_host_memory_in_cuda_context(void **state)
 {
     (void)state;
     if (!cuda_available()) skip();
     todre_context *ctx = NULL;
-    tt_assert_ok(todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx));
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
     float *host = calloc(16 * 8, sizeof *host);
-    for (int i = 0; i < 16 * 8; i++) host[i] = (float)(i % 7) - 3.f;
-    int64_t shape[2] = {16, 8};
-    todre_tensor *emb = NULL, *out = NULL;
-    tt_assert_ok(todre_tensor_create(host, TODRE_DTYPE_F32, TODRE_DEVICE_CUDA, 0, 2, shape, NULL,
-                                     &emb));
     int64_t *out_host = calloc(4, sizeof *out_host);
-    int64_t k = 4;
-    tt_assert_ok(todre_tensor_create(out_host, TODRE_DTYPE_I64, TODRE_DEVICE_CUDA, 0, 1, &k, NULL,
-                                     &out));
+    assert_true(host && out_host);
+    for (int i = 0; i < 16 * 8; i++) host[i] = (float)(i % 7) - 3.f;
+    tt_array emb, out, attn, src;
+    tt_array2(&emb, host, TODRE_DTYPE_F32, 16, 8, 8);
+    tt_array_on(&emb, kDLCUDA, 0);
+    tt_array1(&out, out_host, TODRE_DTYPE_I64, 4);
+    tt_array_on(&out, kDLCUDA, 0);
     todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, 4,
                                          TODRE_ORDER_POSITION);
-    tt_assert_fails(ctx, todre_select(ctx, cfg, emb, NULL, out), TODRE_ERR_INVALID_ARGUMENT,
-                    "embeddings");
+    tt_assert_fails(ctx, todre_select(ctx, cfg, &emb.dl, NULL, &out.dl),
+                    TODRE_ERR_INVALID_ARGUMENT, "embeddings");
 
-    int64_t ashape[3] = {2, 4, 4};
-    todre_tensor *attn = NULL;
-    tt_assert_ok(todre_tensor_create(host, TODRE_DTYPE_F32, TODRE_DEVICE_CUDA, 0, 3, ashape, NULL,
-                                     &attn));
+    tt_array3(&attn, host, TODRE_DTYPE_F32, 2, 4, 4);
+    tt_array_on(&attn, kDLCUDA, 0);
     todre_relevance *rel = NULL;
     tt_assert_ok(todre_relevance_create(1, 1, &rel));
-    int64_t layer0 = 0;
-    tt_assert_ok(todre_relevance_set_probe_layers(rel, &layer0, 1));
     tt_assert_ok(todre_relevance_set_layout(rel, 1, 2, 1));
-    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, rel, 0, attn, NULL),
+    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, rel, 0, &attn.dl, NULL),
                     TODRE_ERR_INVALID_ARGUMENT, "attn");
-    /* The context stays usable after a rejected call. */
+
+    /* A copy "to the device" whose destination is host memory. */
+    float back[16 * 8];
+    tt_array2(&src, back, TODRE_DTYPE_F32, 16, 8, 8);
+    tt_assert_fails(ctx, todre_context_copy(ctx, &emb.dl, &src.dl), TODRE_ERR_INVALID_ARGUMENT,
+                    "dst");
     tt_assert_ok(todre_context_synchronize(ctx));
 
     todre_relevance_destroy(rel);
-    todre_tensor_destroy(attn);
     todre_select_config_destroy(cfg);
-    todre_tensor_destroy(out);
-    todre_tensor_destroy(emb);
     free(out_host);
     free(host);
     todre_context_destroy(ctx);
 }
 
+/* ---- memory ------------------------------------------------------------------------ */
+
+/* todre_context_alloc gives aligned device memory the context accepts;
+ * copies host -> device -> device -> host round-trip exactly (pageable host
+ * memory); free accepts NULL; a zero-byte request is refused. */
+static void test_memory_roundtrip(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+    enum { N = 1000 };
+    int64_t *src = malloc(sizeof(int64_t) * N), *dst = malloc(sizeof(int64_t) * N);
+    assert_true(src && dst);
+    for (int i = 0; i < N; i++) {
+        src[i] = (int64_t)i * 7919 - 31;
+        dst[i] = -1;
+    }
 #ifdef TODRE_TEST_EMULATED_RT
-#include <cuda_runtime_api.h>
+    struct todre_emu_counters before = counters();
+#endif
+    void *a = NULL, *b = NULL;
+    tt_assert_ok(todre_context_alloc(ctx, sizeof(int64_t) * N, &a));
+    tt_assert_ok(todre_context_alloc(ctx, sizeof(int64_t) * N, &b));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal((uintptr_t)a % 256, 0);
+    assert_int_equal((uintptr_t)b % 256, 0);
+#ifdef TODRE_TEST_EMULATED_RT
+    assert_int_equal(counters().device_allocs - before.device_allocs, 2);
+#endif
+    tt_array h_src, h_dst, d_a, d_b;
+    tt_array1(&h_src, src, TODRE_DTYPE_I64, N);
+    tt_array1(&h_dst, dst, TODRE_DTYPE_I64, N);
+    tt_array1(&d_a, a, TODRE_DTYPE_I64, N);
+    tt_array_on(&d_a, kDLCUDA, 0);
+    tt_array1(&d_b, b, TODRE_DTYPE_I64, N);
+    tt_array_on(&d_b, kDLCUDA, 0);
+    tt_assert_ok(todre_context_copy(ctx, &d_a.dl, &h_src.dl));
+    tt_assert_ok(todre_context_copy(ctx, &d_b.dl, &d_a.dl));
+    tt_assert_ok(todre_context_copy(ctx, &h_dst.dl, &d_b.dl));
+    assert_memory_equal(src, dst, sizeof(int64_t) * N);
+
+    /* The memory is usable as a CUDA array of the context: select from it. */
+    float emb_host[32 * 16];
+    tt_fill_clustered(emb_host, 32, 16, 16, 4, 0.5, 3);
+    void *emb_dev = NULL;
+    tt_assert_ok(todre_context_alloc(ctx, sizeof emb_host, &emb_dev));
+    tt_array e_h, e_d, o_d;
+    tt_array2(&e_h, emb_host, TODRE_DTYPE_F32, 32, 16, 16);
+    tt_array2(&e_d, emb_dev, TODRE_DTYPE_F32, 32, 16, 16);
+    tt_array_on(&e_d, kDLCUDA, 0);
+    tt_assert_ok(todre_context_copy(ctx, &e_d.dl, &e_h.dl));
+    tt_array1(&o_d, a, TODRE_DTYPE_I64, 8);
+    tt_array_on(&o_d, kDLCUDA, 0);
+    todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, 8,
+                                         TODRE_ORDER_POSITION);
+    tt_assert_ok(todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl));
+    tt_assert_ok(todre_context_synchronize(ctx));
+    int64_t pos[8];
+    tt_array o_h;
+    tt_array1(&o_h, pos, TODRE_DTYPE_I64, 8);
+    tt_assert_ok(todre_context_copy(ctx, &o_h.dl, &o_d.dl));
+    for (int i = 0; i < 8; i++) { /* 8 distinct rows, in position order */
+        assert_true(pos[i] >= 0 && pos[i] < 32);
+        if (i > 0) assert_true(pos[i] > pos[i - 1]);
+    }
+    todre_select_config_destroy(cfg);
+
+    tt_assert_ok(todre_context_free(ctx, emb_dev));
+    tt_assert_ok(todre_context_free(ctx, b));
+    tt_assert_ok(todre_context_free(ctx, a));
+    tt_assert_ok(todre_context_free(ctx, NULL));
+    void *z = (void *)&z;
+    tt_assert_fails(ctx, todre_context_alloc(ctx, 0, &z), TODRE_ERR_INVALID_ARGUMENT, "bytes");
+    free(dst);
+    free(src);
+    todre_context_destroy(ctx);
+}
+
+#ifdef TODRE_TEST_EMULATED_RT
 /* A stream being captured into a CUDA graph is refused (UNSUPPORTED, named)
- * rather than recorded with staging buffers that later calls overwrite; the
- * context works again once capture ends. The emulator reports capture while
- * TODRE_EMU_CAPTURING=1. */
+ * rather than recorded with staging buffers that later calls overwrite; so
+ * is a copy, which waits on the stream. The context works again once
+ * capture ends. The emulator reports capture while TODRE_EMU_CAPTURING=1. */
 static void test_graph_capture_is_refused(void **state)
 {
     (void)state;
     if (!cuda_available()) skip();
     todre_context *ctx = NULL;
-    tt_assert_ok(todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx));
-    int64_t shape[2] = {16, 8}, k = 4;
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
     float host[16 * 8];
     for (int i = 0; i < 16 * 8; i++) host[i] = (float)((i * 7) % 11) - 5.f;
     void *emb = NULL, *out = NULL;
-    assert_int_equal(cudaMalloc(&emb, sizeof host), cudaSuccess);
-    assert_int_equal(cudaMalloc(&out, sizeof(int64_t) * 4), cudaSuccess);
-    assert_int_equal(cudaMemcpy(emb, host, sizeof host, cudaMemcpyHostToDevice), cudaSuccess);
-    todre_tensor *emb_t = NULL, *out_t = NULL;
-    tt_assert_ok(todre_tensor_create(emb, TODRE_DTYPE_F32, TODRE_DEVICE_CUDA, 0, 2, shape, NULL,
-                                     &emb_t));
-    tt_assert_ok(todre_tensor_create(out, TODRE_DTYPE_I64, TODRE_DEVICE_CUDA, 0, 1, &k, NULL,
-                                     &out_t));
+    tt_assert_ok(todre_context_alloc(ctx, sizeof host, &emb));
+    tt_assert_ok(todre_context_alloc(ctx, sizeof(int64_t) * 4, &out));
+    tt_array e_h, e_d, o_d;
+    tt_array2(&e_h, host, TODRE_DTYPE_F32, 16, 8, 8);
+    tt_array2(&e_d, emb, TODRE_DTYPE_F32, 16, 8, 8);
+    tt_array_on(&e_d, kDLCUDA, 0);
+    tt_array1(&o_d, out, TODRE_DTYPE_I64, 4);
+    tt_array_on(&o_d, kDLCUDA, 0);
+    tt_assert_ok(todre_context_copy(ctx, &e_d.dl, &e_h.dl));
     todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, 4,
                                          TODRE_ORDER_POSITION);
     setenv("TODRE_EMU_CAPTURING", "1", 1);
-    todre_status st = todre_select(ctx, cfg, emb_t, NULL, out_t);
+    todre_status st = todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl);
     char msg[512];
     snprintf(msg, sizeof msg, "%s", todre_context_last_error(ctx));
+    todre_status st_copy = todre_context_copy(ctx, &e_d.dl, &e_h.dl);
+    char msg_copy[512];
+    snprintf(msg_copy, sizeof msg_copy, "%s", todre_context_last_error(ctx));
     unsetenv("TODRE_EMU_CAPTURING");
     assert_int_equal(st, TODRE_ERR_UNSUPPORTED);
     assert_non_null(strstr(msg, "graph"));
-    tt_assert_ok(todre_select(ctx, cfg, emb_t, NULL, out_t));
+    assert_int_equal(st_copy, TODRE_ERR_UNSUPPORTED);
+    assert_non_null(strstr(msg_copy, "graph"));
+    tt_assert_ok(todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl));
     tt_assert_ok(todre_context_synchronize(ctx));
     todre_select_config_destroy(cfg);
-    todre_tensor_destroy(out_t);
-    todre_tensor_destroy(emb_t);
-    cudaFree(out);
-    cudaFree(emb);
+    tt_assert_ok(todre_context_free(ctx, out));
+    tt_assert_ok(todre_context_free(ctx, emb));
     todre_context_destroy(ctx);
+}
+
+/* The GRAM strategy's size limit comes from the device's shared memory:
+ * with 9216 bytes of opt-in shared memory per block, gram_max_n is
+ * (9216 - 1024) / 8 = 1024, so a requested GRAM runs (cuBLAS) for a set of
+ * 1000 rows and falls back to GEMV (no GEMM) for one of 1100; both select
+ * k distinct rows. */
+static void test_gram_limit_follows_shared_memory(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    setenv("TODRE_EMU_SMEM_OPTIN", "9216", 1);
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+    tt_ctx_set(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, 2);
+    const int64_t ns[2] = {1000, 1100}, d = 16, k = 5;
+    float *host = malloc(sizeof(float) * (size_t)(1100 * d));
+    assert_non_null(host);
+    tt_fill_clustered(host, 1100, d, d, 7, 0.5, 23);
+    void *emb = NULL, *out = NULL;
+    tt_assert_ok(todre_context_alloc(ctx, sizeof(float) * (size_t)(1100 * d), &emb));
+    tt_assert_ok(todre_context_alloc(ctx, sizeof(int64_t) * (size_t)k, &out));
+    tt_array e_h, e_d, o_d, o_h;
+    tt_array2(&e_h, host, TODRE_DTYPE_F32, 1100, d, d);
+    tt_array2(&e_d, emb, TODRE_DTYPE_F32, 1100, d, d);
+    tt_array_on(&e_d, kDLCUDA, 0);
+    tt_assert_ok(todre_context_copy(ctx, &e_d.dl, &e_h.dl));
+    todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, k,
+                                         TODRE_ORDER_POSITION);
+    for (int i = 0; i < 2; i++) {
+        tt_array2(&e_d, emb, TODRE_DTYPE_F32, ns[i], d, d);
+        tt_array_on(&e_d, kDLCUDA, 0);
+        tt_array1(&o_d, out, TODRE_DTYPE_I64, k);
+        tt_array_on(&o_d, kDLCUDA, 0);
+        struct todre_emu_counters before = counters();
+        tt_assert_ok(todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl));
+        tt_assert_ok(todre_context_synchronize(ctx));
+        struct todre_emu_counters after = counters();
+        if (i == 0) assert_true(after.blas_calls > before.blas_calls);
+        else assert_int_equal(after.blas_calls - before.blas_calls, 0);
+        int64_t pos[5];
+        tt_assert_ok(todre_context_copy(ctx, tt_array1(&o_h, pos, TODRE_DTYPE_I64, k), &o_d.dl));
+        for (int64_t t = 0; t < k; t++) {
+            assert_true(pos[t] >= 0 && pos[t] < ns[i]);
+            if (t > 0) assert_true(pos[t] > pos[t - 1]);
+        }
+    }
+    todre_select_config_destroy(cfg);
+    tt_assert_ok(todre_context_free(ctx, out));
+    tt_assert_ok(todre_context_free(ctx, emb));
+    todre_context_destroy(ctx);
+    unsetenv("TODRE_EMU_SMEM_OPTIN");
+    free(host);
+    assert_int_equal(counters().violations, 0);
+}
+
+/* todre_context_reset(STATE) releases the cached workspace (the next call
+ * grows it again) and changes no result. */
+static void test_reset_state_releases_workspace(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+    float host[64 * 16];
+    tt_fill_clustered(host, 64, 16, 16, 5, 0.4, 17);
+    void *emb = NULL, *out = NULL;
+    tt_assert_ok(todre_context_alloc(ctx, sizeof host, &emb));
+    tt_assert_ok(todre_context_alloc(ctx, sizeof(int64_t) * 10, &out));
+    tt_array e_h, e_d, o_d, o_h;
+    tt_array2(&e_h, host, TODRE_DTYPE_F32, 64, 16, 16);
+    tt_array2(&e_d, emb, TODRE_DTYPE_F32, 64, 16, 16);
+    tt_array_on(&e_d, kDLCUDA, 0);
+    tt_array1(&o_d, out, TODRE_DTYPE_I64, 10);
+    tt_array_on(&o_d, kDLCUDA, 0);
+    tt_assert_ok(todre_context_copy(ctx, &e_d.dl, &e_h.dl));
+    todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, 10,
+                                         TODRE_ORDER_SELECTION);
+    int64_t first[10], again[10], after[10];
+    tt_assert_ok(todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl));
+    tt_array1(&o_h, first, TODRE_DTYPE_I64, 10);
+    tt_assert_ok(todre_context_copy(ctx, &o_h.dl, &o_d.dl));
+    struct todre_emu_counters c0 = counters();
+    tt_assert_ok(todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl));
+    tt_array1(&o_h, again, TODRE_DTYPE_I64, 10);
+    tt_assert_ok(todre_context_copy(ctx, &o_h.dl, &o_d.dl));
+    struct todre_emu_counters c1 = counters();
+    assert_int_equal(c1.device_allocs - c0.device_allocs, 0); /* warm: reused */
+    tt_assert_ok(todre_context_reset(ctx, TODRE_RESET_STATE));
+    tt_assert_ok(todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl));
+    tt_array1(&o_h, after, TODRE_DTYPE_I64, 10);
+    tt_assert_ok(todre_context_copy(ctx, &o_h.dl, &o_d.dl));
+    struct todre_emu_counters c2 = counters();
+    assert_true(c2.device_allocs > c1.device_allocs); /* released, grown again */
+    assert_memory_equal(first, again, sizeof first);
+    assert_memory_equal(first, after, sizeof first);
+    todre_select_config_destroy(cfg);
+    tt_assert_ok(todre_context_free(ctx, out));
+    tt_assert_ok(todre_context_free(ctx, emb));
+    todre_context_destroy(ctx);
+    assert_int_equal(counters().violations, 0);
 }
 #endif
 
-int main(void)
+int main(int argc, char **argv)
 {
+    self_exe = argv[0];
+    if (argc > 1 && strcmp(argv[1], "--child-missing-module") == 0) {
+        const struct CMUnitTest child[] = {cmocka_unit_test(child_missing_module)};
+        return cmocka_run_group_tests(child, NULL, NULL);
+    }
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_registry_reports_cuda), /* first: see there */
         cmocka_unit_test(test_auto_falls_back_silently),
-        cmocka_unit_test(test_explicit_cuda_unavailable),
+        cmocka_unit_test(test_explicit_cuda),
         cmocka_unit_test(test_missing_module_is_named),
         cmocka_unit_test(test_cuda_descriptor_in_cpu_context),
         cmocka_unit_test(test_host_memory_in_cuda_context),
+        cmocka_unit_test(test_memory_roundtrip),
 #ifdef TODRE_TEST_EMULATED_RT
         cmocka_unit_test(test_graph_capture_is_refused),
+        cmocka_unit_test(test_reset_state_releases_workspace),
+        cmocka_unit_test(test_gram_limit_follows_shared_memory),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,6 @@
 /* CUDA against CPU on the same inputs: stage-1 selections (every objective and
- * pivot, the three input dtypes, both CUDA paths, ragged batches that mix
- * them, the real LLaVA-NeXT shape), the non-finite contract of the
+ * pivot, the three input dtypes, both CUDA strategies, ragged batches that
+ * mix them, the real LLaVA-NeXT shape), the non-finite contract of the
  * asynchronous backend, streams and workspace reuse, and stage-2 ratios from
  * probabilities and from Q/K.
  *
@@ -8,8 +8,15 @@
  * differently by another summation order) the CUDA trajectory must pass the
  * float64 validity oracle. Ratios agree within 1e-4.
  *
- * Exits 77 (skipped) where CUDA cannot run or the test was built without the
- * CUDA toolkit. */
+ * Data moves as a runtime's would: todre_context_alloc / copy / free, no
+ * device runtime of the test's own (except to hand the context a stream of
+ * the caller's, when built with the CUDA runtime). Exits 77 (skipped) where
+ * the registry has no available "cuda" backend. Built again against the CPU
+ * emulator (TODRE_TEST_EMULATED_RT, cuda_emu.host_logic.module) it also
+ * checks the emulator's counters: the hot path allocates and waits for
+ * nothing, the core's plan is what runs, and no contract was breached. */
+#define TODRE_EXPERIMENTAL_API
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,53 +25,68 @@
 #include "oracle.h"
 #include "todre_test.h"
 
-#ifndef TODRE_TEST_HAVE_CUDART
-
-int main(void)
-{
-    printf("skipped: built without the CUDA toolkit (no device allocation possible)\n");
-    return 77;
-}
-
-#else
-
+#ifdef TODRE_TEST_HAVE_CUDART
 #include <cuda_runtime_api.h>
+#endif
 
-/* ---- device helpers ------------------------------------------------------- */
+/* ---- device memory through the context ----------------------------------------- */
 
-static void *dev_alloc(size_t bytes)
+static void *dev_alloc(todre_context *ctx, size_t bytes)
 {
     void *p = NULL;
-    if (cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess) fail_msg("cudaMalloc(%zu) failed", bytes);
+    tt_assert_ok(todre_context_alloc(ctx, bytes ? bytes : 1, &p));
+    assert_non_null(p);
     return p;
 }
 
-static void *dev_copy(const void *src, size_t bytes)
+static void dev_free(todre_context *ctx, void *p)
 {
-    void *p = dev_alloc(bytes);
-    if (cudaMemcpy(p, src, bytes, cudaMemcpyHostToDevice) != cudaSuccess) fail_msg("cudaMemcpy H2D");
+    tt_assert_ok(todre_context_free(ctx, p));
+}
+
+/* @p bytes of memory as a compact uint8 array, on the host or on CUDA device 0. */
+static const DLTensor *bytes_array(tt_array *a, const void *p, size_t bytes, int on_device)
+{
+    tt_array1(a, (void *)p, TODRE_DTYPE_U8, (int64_t)bytes);
+    return on_device ? tt_array_on(a, kDLCUDA, 0) : &a->dl;
+}
+
+static void dev_write(todre_context *ctx, void *dst, const void *src, size_t bytes)
+{
+    tt_array d, s;
+    tt_assert_ok(todre_context_copy(ctx, bytes_array(&d, dst, bytes, 1),
+                                    bytes_array(&s, src, bytes, 0)));
+}
+
+static void *dev_copy(todre_context *ctx, const void *src, size_t bytes)
+{
+    void *p = dev_alloc(ctx, bytes);
+    dev_write(ctx, p, src, bytes);
     return p;
 }
 
-static void dev_read(void *dst, const void *src, size_t bytes)
+static void dev_read(todre_context *ctx, void *dst, const void *src, size_t bytes)
 {
-    if (cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) fail_msg("cudaMemcpy D2H");
+    tt_array d, s;
+    tt_assert_ok(todre_context_copy(ctx, bytes_array(&d, dst, bytes, 0),
+                                    bytes_array(&s, src, bytes, 1)));
 }
 
-static todre_tensor *dev_tensor(void *p, todre_dtype dt, int rank, const int64_t *shape,
-                                const int64_t *strides)
+/* A DLTensor over device memory of CUDA device 0. */
+static const DLTensor *dev_array(tt_array *a, void *p, todre_dtype dt, int ndim,
+                                 const int64_t *shape, const int64_t *strides)
 {
-    todre_tensor *t = NULL;
-    tt_assert_ok(todre_tensor_create(p, dt, TODRE_DEVICE_CUDA, 0, rank, shape, strides, &t));
-    return t;
+    tt_array_init(a, p, dt, ndim, shape, strides);
+    return tt_array_on(a, kDLCUDA, 0);
 }
 
 static todre_context *cuda_ctx(int64_t strategy, int64_t limit)
 {
     todre_context *ctx = NULL;
-    tt_assert_ok(todre_context_create(TODRE_BACKEND_CUDA, 0, &ctx));
-    tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_SELECT_STRATEGY, strategy));
-    if (limit >= 0) tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, limit));
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+    assert_string_equal(todre_context_backend(ctx), "cuda");
+    tt_ctx_set(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, strategy);
+    if (limit >= 0) tt_ctx_set(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, limit);
     return ctx;
 }
 
@@ -120,9 +142,9 @@ struct sel_case {
 static todre_select_config *case_config(const struct sel_case *sc, int64_t k)
 {
     todre_select_config *cfg = tt_config(sc->obj, sc->piv, k, TODRE_ORDER_BOTH);
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_LO, sc->lo));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_HI, sc->hi));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_SEED, sc->seed));
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT_LO, sc->lo);
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT_HI, sc->hi);
+    tt_cfg_set(cfg, TODRE_SELECT_SEED, sc->seed);
     return cfg;
 }
 
@@ -159,32 +181,30 @@ static void compare_single(const struct input *in, const struct sel_case *sc, in
     assert_true(sel_c && pos_c && both);
 
     todre_context *cpu = tt_cpu_context();
-    todre_tensor *emb_h = tt_tensor2(in->host, in->dt, n, in->d, in->ld);
-    todre_tensor *cls_h = sc->use_cls ? tt_tensor1(in->cls, TODRE_DTYPE_F32, n) : NULL;
-    tt_assert_ok(tt_select_both(cpu, cfg, emb_h, cls_h, k, sel_c, pos_c));
+    tt_array emb_h, cls_h;
+    tt_array2(&emb_h, in->host, in->dt, n, in->d, in->ld);
+    tt_array1(&cls_h, in->cls, TODRE_DTYPE_F32, n);
+    tt_assert_ok(tt_select_both(cpu, cfg, &emb_h.dl, sc->use_cls ? &cls_h.dl : NULL, k, sel_c,
+                                pos_c));
 
     todre_context *gpu = cuda_ctx(strategy, limit);
-    void *emb_d = dev_copy(in->host, in->bytes);
-    void *cls_d = dev_copy(in->cls, sizeof(float) * (size_t)n);
-    int64_t *out_d = dev_alloc(sizeof(int64_t) * (size_t)(2 * k));
+    void *emb_d = dev_copy(gpu, in->host, in->bytes);
+    void *cls_d = dev_copy(gpu, in->cls, sizeof(float) * (size_t)n);
+    int64_t *out_d = dev_alloc(gpu, sizeof(int64_t) * (size_t)(2 * k));
     int64_t eshape[2] = {n, in->d}, estr[2] = {in->ld, 1}, oshape[2] = {2, k};
-    todre_tensor *emb_t = dev_tensor(emb_d, in->dt, 2, eshape, estr);
-    todre_tensor *cls_t = sc->use_cls ? dev_tensor(cls_d, TODRE_DTYPE_F32, 1, &n, NULL) : NULL;
-    todre_tensor *out_t = dev_tensor(out_d, TODRE_DTYPE_I64, 2, oshape, NULL);
-    tt_assert_ok(todre_select(gpu, cfg, emb_t, cls_t, out_t));
+    tt_array emb_t, cls_t, out_t;
+    dev_array(&emb_t, emb_d, in->dt, 2, eshape, estr);
+    dev_array(&cls_t, cls_d, TODRE_DTYPE_F32, 1, &n, NULL);
+    dev_array(&out_t, out_d, TODRE_DTYPE_I64, 2, oshape, NULL);
+    tt_assert_ok(todre_select(gpu, cfg, &emb_t.dl, sc->use_cls ? &cls_t.dl : NULL, &out_t.dl));
     tt_assert_ok(todre_context_synchronize(gpu));
-    dev_read(both, out_d, sizeof(int64_t) * (size_t)(2 * k));
+    dev_read(gpu, both, out_d, sizeof(int64_t) * (size_t)(2 * k));
     check_set(in, in->host, in->cls, n, sc, sel_c, both, both + k, k, what);
 
-    todre_tensor_destroy(out_t);
-    todre_tensor_destroy(cls_t);
-    todre_tensor_destroy(emb_t);
-    cudaFree(out_d);
-    cudaFree(cls_d);
-    cudaFree(emb_d);
+    dev_free(gpu, out_d);
+    dev_free(gpu, cls_d);
+    dev_free(gpu, emb_d);
     todre_context_destroy(gpu);
-    todre_tensor_destroy(cls_h);
-    todre_tensor_destroy(emb_h);
     todre_context_destroy(cpu);
     todre_select_config_destroy(cfg);
     free(both);
@@ -207,7 +227,8 @@ static const struct sel_case CASES[] = {
 };
 
 /* Every objective and pivot, f32 / f16 / bf16, aligned rows (vector loads)
- * and odd rows (scalar loads), on both CUDA paths. */
+ * and odd rows (scalar loads), on both CUDA strategies (GEMV = 1, GRAM = 2,
+ * requested through the experimental context parameter). */
 static void test_single_set_sweep(void **state)
 {
     (void)state;
@@ -230,7 +251,7 @@ static void test_single_set_sweep(void **state)
 }
 
 /* The real LLaVA-NeXT shape: n = 2880, d = 4096, f16, k = 288 and 720, on
- * the Gram path and the matrix-vector path. */
+ * both strategies and as the core plans it. */
 static void test_llava_next_shape(void **state)
 {
     (void)state;
@@ -240,8 +261,8 @@ static void test_llava_next_shape(void **state)
     struct input in;
     input_make(&in, TODRE_DTYPE_F16, 2880, d, d, 7);
     struct sel_case sc = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0};
-    compare_single(&in, &sc, 288, 2, -1, "n=2880 k=288 Gram");
-    compare_single(&in, &sc, 288, 1, -1, "n=2880 k=288 matrix-vector");
+    compare_single(&in, &sc, 288, 2, -1, "n=2880 k=288 GRAM");
+    compare_single(&in, &sc, 288, 1, -1, "n=2880 k=288 GEMV");
     compare_single(&in, &sc, 720, 0, -1, "n=2880 k=720 auto");
     struct sel_case mm = {TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_AUTO, 0, -1, 0, 0};
     compare_single(&in, &mm, 288, 0, -1, "n=2880 MAX_MIN k=288 auto");
@@ -251,8 +272,9 @@ static void test_llava_next_shape(void **state)
 /* Finite rows whose dot products overflow fp32 (norm about 8e19): their
  * similarities are inf or NaN on the device. The selection must still be k
  * distinct indices, and the position order those indices sorted (no index
- * taken twice, no output left unwritten), on both paths and objectives. The
- * CPU computes these in double and may choose differently: not compared. */
+ * taken twice, no output left unwritten), on both strategies and
+ * objectives. The CPU computes these in double and may choose differently:
+ * not compared. */
 static void test_overflowing_rows_never_repeat(void **state)
 {
     (void)state;
@@ -263,21 +285,22 @@ static void test_overflowing_rows_never_repeat(void **state)
     /* 150 of 200 rows: k = 120 must take some of them after a huge pivot. */
     for (int64_t r = 0; r < 150; r++)
         for (int64_t e = 0; e < d; e++) host[r * d + e] *= 1e19f;
-    void *emb = dev_copy(host, sizeof(float) * (size_t)(n * d));
-    int64_t *out = dev_alloc(sizeof(int64_t) * (size_t)(2 * k));
+    int64_t both[2 * 120], fill[2 * 120];
+    memset(fill, 0x5a, sizeof fill);
     int64_t eshape[2] = {n, d}, oshape[2] = {2, k};
-    todre_tensor *emb_t = dev_tensor(emb, TODRE_DTYPE_F32, 2, eshape, NULL);
-    todre_tensor *out_t = dev_tensor(out, TODRE_DTYPE_I64, 2, oshape, NULL);
-    int64_t both[2 * 120];
     const todre_objective objs[2] = {TODRE_OBJECTIVE_MAX_SUM, TODRE_OBJECTIVE_MAX_MIN};
     for (int o = 0; o < 2; o++)
         for (int64_t strategy = 1; strategy <= 2; strategy++) {
             todre_context *gpu = cuda_ctx(strategy, -1);
+            void *emb = dev_copy(gpu, host, sizeof(float) * (size_t)(n * d));
+            int64_t *out = dev_copy(gpu, fill, sizeof fill); /* garbage to overwrite */
+            tt_array emb_t, out_t;
+            dev_array(&emb_t, emb, TODRE_DTYPE_F32, 2, eshape, NULL);
+            dev_array(&out_t, out, TODRE_DTYPE_I64, 2, oshape, NULL);
             todre_select_config *cfg = tt_config(objs[o], TODRE_PIVOT_CENTER, k, TODRE_ORDER_BOTH);
-            assert_int_equal(cudaMemset(out, 0x5a, sizeof(int64_t) * (size_t)(2 * k)), cudaSuccess);
-            tt_assert_ok(todre_select(gpu, cfg, emb_t, NULL, out_t));
+            tt_assert_ok(todre_select(gpu, cfg, &emb_t.dl, NULL, &out_t.dl));
             tt_assert_ok(todre_context_synchronize(gpu));
-            dev_read(both, out, sizeof both);
+            dev_read(gpu, both, out, sizeof both);
             unsigned char seen[200] = {0};
             for (int64_t t = 0; t < k; t++) {
                 int64_t v = both[t];
@@ -290,12 +313,10 @@ static void test_overflowing_rows_never_repeat(void **state)
             for (int64_t t = 0, j = 0; t < n; t++)
                 if (seen[t]) assert_int_equal(both[k + j++], t);
             todre_select_config_destroy(cfg);
+            dev_free(gpu, out);
+            dev_free(gpu, emb);
             todre_context_destroy(gpu);
         }
-    todre_tensor_destroy(out_t);
-    todre_tensor_destroy(emb_t);
-    cudaFree(out);
-    cudaFree(emb);
     free(host);
 }
 
@@ -319,7 +340,7 @@ static void run_batch(todre_context *ctx, int cuda, const struct input *in, cons
     int64_t offsets[NSETS + 1] = {0};
     for (int b = 0; b < NSETS; b++) offsets[b + 1] = offsets[b] + SET_N[b];
     todre_select_config *cfg = case_config(sc, 0);
-    tt_assert_ok(todre_select_config_set_ratio(cfg, 0.25));
+    tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 0.25));
     memset(o->off, 0, sizeof o->off);
     o->K = 0;
     for (int b = 0; b < NSETS; b++) {
@@ -330,41 +351,36 @@ static void run_batch(todre_context *ctx, int cuda, const struct input *in, cons
     o->both = malloc(sizeof(int64_t) * (size_t)(2 * o->K));
     assert_non_null(o->both);
     int64_t N = offsets[NSETS], oshape[2] = {2, o->K}, eshape[2] = {N, in->d}, estr[2] = {in->ld, 1};
-    todre_tensor *offs = tt_tensor1(offsets, TODRE_DTYPE_I64, NSETS + 1);
-    todre_tensor *ooffs = tt_tensor1(o->off, TODRE_DTYPE_I64, NSETS + 1);
+    tt_array offs, ooffs, emb_t, cls_t, out_t;
+    tt_array1(&offs, offsets, TODRE_DTYPE_I64, NSETS + 1);
+    tt_array1(&ooffs, o->off, TODRE_DTYPE_I64, NSETS + 1);
     void *emb = in->host, *cls = in->cls, *out = o->both;
     if (cuda) {
-        emb = dev_copy(in->host, in->bytes);
-        cls = dev_copy(in->cls, sizeof(float) * (size_t)N);
-        out = dev_alloc(sizeof(int64_t) * (size_t)(2 * o->K));
+        emb = dev_copy(ctx, in->host, in->bytes);
+        cls = dev_copy(ctx, in->cls, sizeof(float) * (size_t)N);
+        out = dev_alloc(ctx, sizeof(int64_t) * (size_t)(2 * o->K));
     }
-    todre_tensor *emb_t, *cls_t = NULL, *out_t;
+    tt_array_init(&emb_t, emb, in->dt, 2, eshape, estr);
+    tt_array1(&cls_t, cls, TODRE_DTYPE_F32, N);
+    tt_array_init(&out_t, out, TODRE_DTYPE_I64, 2, oshape, NULL);
     if (cuda) {
-        emb_t = dev_tensor(emb, in->dt, 2, eshape, estr);
-        if (sc->use_cls) cls_t = dev_tensor(cls, TODRE_DTYPE_F32, 1, &N, NULL);
-        out_t = dev_tensor(out, TODRE_DTYPE_I64, 2, oshape, NULL);
-    } else {
-        emb_t = tt_tensor(emb, in->dt, 2, eshape, estr);
-        if (sc->use_cls) cls_t = tt_tensor1(cls, TODRE_DTYPE_F32, N);
-        out_t = tt_tensor(out, TODRE_DTYPE_I64, 2, oshape, NULL);
+        tt_array_on(&emb_t, kDLCUDA, 0);
+        tt_array_on(&cls_t, kDLCUDA, 0);
+        tt_array_on(&out_t, kDLCUDA, 0);
     }
     o->msg[0] = '\0';
-    o->st = todre_select_batch(ctx, cfg, emb_t, cls_t, offs, NULL, out_t, ooffs);
+    o->st = todre_select_batch(ctx, cfg, &emb_t.dl, sc->use_cls ? &cls_t.dl : NULL, &offs.dl, NULL,
+                               &out_t.dl, &ooffs.dl);
     if (o->st != TODRE_OK) snprintf(o->msg, sizeof o->msg, "%s", todre_context_last_error(ctx));
     o->sync_st = todre_context_synchronize(ctx);
     if (o->st == TODRE_OK && o->sync_st != TODRE_OK)
         snprintf(o->msg, sizeof o->msg, "%s", todre_context_last_error(ctx));
     if (cuda) {
-        dev_read(o->both, out, sizeof(int64_t) * (size_t)(2 * o->K));
-        cudaFree(out);
-        cudaFree(cls);
-        cudaFree(emb);
+        dev_read(ctx, o->both, out, sizeof(int64_t) * (size_t)(2 * o->K));
+        dev_free(ctx, out);
+        dev_free(ctx, cls);
+        dev_free(ctx, emb);
     }
-    todre_tensor_destroy(out_t);
-    todre_tensor_destroy(cls_t);
-    todre_tensor_destroy(emb_t);
-    todre_tensor_destroy(ooffs);
-    todre_tensor_destroy(offs);
     todre_select_config_destroy(cfg);
 }
 
@@ -388,8 +404,8 @@ static void compare_batch(const struct input *in, const struct batch_out *c,
 }
 
 /* One launch for many sets: a workspace limit that fits the 300-row Grams
- * but not the 777-row one mixes both paths in a single call; every set must
- * come out as the CPU computes it. */
+ * but not the 777-row one makes the core plan both strategies in a single
+ * call; every set must come out as the CPU computes it. */
 static void test_ragged_batch_mixed_paths(void **state)
 {
     (void)state;
@@ -435,7 +451,7 @@ static void test_ragged_batch_mixed_paths(void **state)
 /* ---- asynchronous contract ---------------------------------------------------------- */
 
 /* NaN in one set of a batch: the asynchronous call may return OK, but
- * todre_context_synchronize() reports NONFINITE naming the tensor, that
+ * todre_context_synchronize() reports NONFINITE naming the array, that
  * set's outputs are -1, the others are the CPU's, and the report is given
  * once (the next clean call synchronizes OK). */
 static void test_nonfinite_is_reported(void **state)
@@ -480,7 +496,7 @@ static void test_nonfinite_is_reported(void **state)
     tt_assert_ok(g.sync_st);
     free(g.both);
 
-    /* Inf in the CLS map is reported as the cls tensor. */
+    /* Inf in the CLS map is reported as the cls array. */
     struct sel_case cs = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 0, -1, 0, 1};
     in.cls[3] = INFINITY;
     run_batch(gpu, 1, &in, &cs, &g);
@@ -495,55 +511,92 @@ static void test_nonfinite_is_reported(void **state)
     input_free(&in);
 }
 
-/* Work goes to the stream set on the context: results are complete after a
- * plain cudaStreamSynchronize on it. Repeated calls reuse the workspace and
- * give identical results. */
-static void test_stream_and_reuse(void **state)
+/* Repeated calls reuse the workspace and give identical results; a host
+ * output buffer described as CUDA memory is named. */
+static void test_reuse(void **state)
 {
     (void)state;
     struct input in;
     input_make(&in, TODRE_DTYPE_F16, 1000, 256, 256, 11);
-    cudaStream_t stream;
-    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
     todre_context *gpu = cuda_ctx(0, -1);
-    tt_assert_ok(todre_context_set_stream(gpu, (void *)stream));
     const int64_t k = 100, reps = 4;
     todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, k,
                                          TODRE_ORDER_SELECTION);
-    void *emb = dev_copy(in.host, in.bytes);
-    int64_t *out = dev_alloc(sizeof(int64_t) * (size_t)(k * reps));
+    void *emb = dev_copy(gpu, in.host, in.bytes);
+    int64_t *out = dev_alloc(gpu, sizeof(int64_t) * (size_t)(k * reps));
     int64_t eshape[2] = {in.n, in.d};
-    todre_tensor *emb_t = dev_tensor(emb, in.dt, 2, eshape, NULL);
+    tt_array emb_t, out_t;
+    dev_array(&emb_t, emb, in.dt, 2, eshape, NULL);
     for (int64_t r = 0; r < reps; r++) {
-        todre_tensor *out_t = dev_tensor(out + r * k, TODRE_DTYPE_I64, 1, &k, NULL);
-        tt_assert_ok(todre_select(gpu, cfg, emb_t, NULL, out_t));
-        todre_tensor_destroy(out_t);
+        dev_array(&out_t, out + r * k, TODRE_DTYPE_I64, 1, &k, NULL);
+        tt_assert_ok(todre_select(gpu, cfg, &emb_t.dl, NULL, &out_t.dl));
     }
-    assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+    tt_assert_ok(todre_context_synchronize(gpu));
     int64_t *host = malloc(sizeof(int64_t) * (size_t)(k * reps));
-    dev_read(host, out, sizeof(int64_t) * (size_t)(k * reps));
+    assert_non_null(host);
+    dev_read(gpu, host, out, sizeof(int64_t) * (size_t)(k * reps));
     for (int64_t r = 1; r < reps; r++)
         assert_memory_equal(host, host + r * k, sizeof(int64_t) * (size_t)k);
-    tt_assert_ok(todre_context_set_stream(gpu, NULL));
-    tt_assert_ok(todre_context_synchronize(gpu));
 
-    /* A host output buffer given as CUDA memory is named. */
     int64_t *host_out = calloc((size_t)k, sizeof(int64_t));
-    todre_tensor *bad_out = dev_tensor(host_out, TODRE_DTYPE_I64, 1, &k, NULL);
-    tt_assert_fails(gpu, todre_select(gpu, cfg, emb_t, NULL, bad_out), TODRE_ERR_INVALID_ARGUMENT,
-                    "out");
-    todre_tensor_destroy(bad_out);
+    assert_non_null(host_out);
+    dev_array(&out_t, host_out, TODRE_DTYPE_I64, 1, &k, NULL);
+    tt_assert_fails(gpu, todre_select(gpu, cfg, &emb_t.dl, NULL, &out_t.dl),
+                    TODRE_ERR_INVALID_ARGUMENT, "out");
     free(host_out);
 
     free(host);
-    todre_tensor_destroy(emb_t);
-    cudaFree(out);
-    cudaFree(emb);
+    dev_free(gpu, out);
+    dev_free(gpu, emb);
     todre_select_config_destroy(cfg);
     todre_context_destroy(gpu);
-    cudaStreamDestroy(stream);
     input_free(&in);
 }
+
+#ifdef TODRE_TEST_HAVE_CUDART
+/* Work goes to the stream set on the context: results are complete after a
+ * plain cudaStreamSynchronize on it (read with the runtime's own copy, which
+ * does not wait for a non-blocking stream). */
+static void test_user_stream(void **state)
+{
+    (void)state;
+    struct input in;
+    input_make(&in, TODRE_DTYPE_F16, 1000, 256, 256, 11);
+    todre_context *gpu = cuda_ctx(0, -1);
+    const int64_t k = 100, reps = 4;
+    todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, k,
+                                         TODRE_ORDER_SELECTION);
+    void *emb = dev_copy(gpu, in.host, in.bytes);
+    int64_t *out = dev_alloc(gpu, sizeof(int64_t) * (size_t)(k * reps));
+    int64_t eshape[2] = {in.n, in.d};
+    tt_array emb_t, out_t;
+    dev_array(&emb_t, emb, in.dt, 2, eshape, NULL);
+    cudaStream_t stream;
+    assert_int_equal(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+    tt_assert_ok(todre_context_set_stream(gpu, (void *)stream));
+    for (int64_t r = 0; r < reps; r++) {
+        dev_array(&out_t, out + r * k, TODRE_DTYPE_I64, 1, &k, NULL);
+        tt_assert_ok(todre_select(gpu, cfg, &emb_t.dl, NULL, &out_t.dl));
+    }
+    assert_int_equal(cudaStreamSynchronize(stream), cudaSuccess);
+    int64_t *host = malloc(sizeof(int64_t) * (size_t)(k * reps));
+    assert_non_null(host);
+    assert_int_equal(cudaMemcpy(host, out, sizeof(int64_t) * (size_t)(k * reps),
+                                cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t r = 1; r < reps; r++)
+        assert_memory_equal(host, host + r * k, sizeof(int64_t) * (size_t)k);
+    for (int64_t t = 0; t < k; t++) assert_true(host[t] >= 0 && host[t] < in.n);
+    tt_assert_ok(todre_context_set_stream(gpu, NULL));
+    tt_assert_ok(todre_context_synchronize(gpu));
+    free(host);
+    dev_free(gpu, out);
+    dev_free(gpu, emb);
+    todre_select_config_destroy(cfg);
+    todre_context_destroy(gpu);
+    assert_int_equal(cudaStreamDestroy(stream), cudaSuccess);
+    input_free(&in);
+}
+#endif
 
 /* ---- stage 2 ---------------------------------------------------------------------------- */
 
@@ -567,11 +620,11 @@ static todre_relevance *make_rel(const uint8_t *types)
     todre_relevance *rel = NULL;
     tt_assert_ok(todre_relevance_create(1, RB, &rel));
     int64_t layer0 = 0;
-    tt_assert_ok(todre_relevance_set_probe_layers(rel, &layer0, 1));
+    tt_array layers, t;
+    tt_assert_ok(todre_relevance_set_probe_layers(rel, tt_array1(&layers, &layer0, TODRE_DTYPE_I64, 1)));
     int64_t shape[2] = {RB, RK};
-    todre_tensor *t = tt_tensor((void *)types, TODRE_DTYPE_U8, 2, shape, NULL);
-    tt_assert_ok(todre_relevance_set_types(rel, t));
-    todre_tensor_destroy(t);
+    tt_assert_ok(todre_relevance_set_types(
+        rel, tt_array_init(&t, (void *)types, TODRE_DTYPE_U8, 2, shape, NULL)));
     return rel;
 }
 
@@ -620,26 +673,25 @@ static void test_relevance_probs(void **state)
                     }
             int64_t shape[4] = {RB, H, Q, RK}, str[4] = {Q * H * RK, RK, H * RK, 1};
             double rc[2 * RB], rg[2 * RB];
+            tt_array a;
 
             todre_context *cpu = tt_cpu_context();
             todre_relevance *rel = make_rel(types);
-            todre_tensor *a = tt_tensor(host, dts[t], 4, shape, str);
-            tt_assert_ok(todre_relevance_observe_probs(cpu, rel, 0, a, NULL));
+            tt_array_init(&a, host, dts[t], 4, shape, str);
+            tt_assert_ok(todre_relevance_observe_probs(cpu, rel, 0, &a.dl, NULL));
             read_ratios(rel, rc);
-            todre_tensor_destroy(a);
             todre_relevance_destroy(rel);
             todre_context_destroy(cpu);
 
             todre_context *gpu = cuda_ctx(0, -1);
-            void *dev = dev_copy(host, es * count);
+            void *dev = dev_copy(gpu, host, es * count);
             rel = make_rel(types);
-            a = dev_tensor(dev, dts[t], 4, shape, str);
-            tt_assert_ok(todre_relevance_observe_probs(gpu, rel, 0, a, NULL));
+            dev_array(&a, dev, dts[t], 4, shape, str);
+            tt_assert_ok(todre_relevance_observe_probs(gpu, rel, 0, &a.dl, NULL));
             read_ratios(rel, rg);
-            todre_tensor_destroy(a);
             todre_relevance_destroy(rel);
+            dev_free(gpu, dev);
             todre_context_destroy(gpu);
-            cudaFree(dev);
 
             char what[64];
             snprintf(what, sizeof what, "probs dtype %d Q %lld", (int)dts[t], (long long)Q);
@@ -657,12 +709,11 @@ static void cpu_qk_ratios(const uint8_t *types, todre_dtype dt, void *qh, const 
 {
     todre_context *cpu = tt_cpu_context();
     todre_relevance *rel = make_rel(types);
-    todre_tensor *qt = tt_tensor(qh, dt, 4, qshape, qstr);
-    todre_tensor *kt = tt_tensor(kh, dt, 4, kshape, kstr);
-    tt_assert_ok(todre_relevance_observe_qk(cpu, rel, 0, qt, kt, 0.0, NULL));
+    tt_array qt, kt;
+    tt_array_init(&qt, qh, dt, 4, qshape, qstr);
+    tt_array_init(&kt, kh, dt, 4, kshape, kstr);
+    tt_assert_ok(todre_relevance_observe_qk(cpu, rel, 0, &qt.dl, &kt.dl, 0.0, NULL));
     read_ratios(rel, rc);
-    todre_tensor_destroy(kt);
-    todre_tensor_destroy(qt);
     todre_relevance_destroy(rel);
     todre_context_destroy(cpu);
 }
@@ -696,18 +747,17 @@ static void test_relevance_qk(void **state)
                 cpu_qk_ratios(types, dts[t], qh, qshape, NULL, kh, kshape, kstr, rc);
 
                 todre_context *gpu = cuda_ctx(0, -1);
-                void *qd = dev_copy(qh, es * qn), *kd = dev_copy(kh, es * kn);
+                void *qd = dev_copy(gpu, qh, es * qn), *kd = dev_copy(gpu, kh, es * kn);
                 todre_relevance *rel = make_rel(types);
-                todre_tensor *qt = dev_tensor(qd, dts[t], 4, qshape, NULL);
-                todre_tensor *kt = dev_tensor(kd, dts[t], 4, kshape, kstr);
-                tt_assert_ok(todre_relevance_observe_qk(gpu, rel, 0, qt, kt, 0.0, NULL));
+                tt_array qt, kt;
+                dev_array(&qt, qd, dts[t], 4, qshape, NULL);
+                dev_array(&kt, kd, dts[t], 4, kshape, kstr);
+                tt_assert_ok(todre_relevance_observe_qk(gpu, rel, 0, &qt.dl, &kt.dl, 0.0, NULL));
                 read_ratios(rel, rg);
-                todre_tensor_destroy(kt);
-                todre_tensor_destroy(qt);
                 todre_relevance_destroy(rel);
+                dev_free(gpu, kd);
+                dev_free(gpu, qd);
                 todre_context_destroy(gpu);
-                cudaFree(kd);
-                cudaFree(qd);
 
                 char what[80];
                 snprintf(what, sizeof what, "qk dtype %d Q %lld dh %lld", (int)dts[t], (long long)Q,
@@ -740,27 +790,28 @@ static void test_relevance_qk_chunked(void **state)
     cpu_qk_ratios(types, TODRE_DTYPE_F16, qh, qshape, qstr, kh, kshape, kstr, rc);
 
     todre_context *gpu = cuda_ctx(0, -1);
-    uint16_t *qd = dev_copy(qh, 2 * qn), *kd = dev_copy(kh, 2 * kn);
+    uint16_t *qd = dev_copy(gpu, qh, 2 * qn), *kd = dev_copy(gpu, kh, 2 * kn);
     todre_relevance *rel = make_rel(types);
-    todre_tensor *qt, *kt;
     int64_t start = 0;
     for (int c = 0; c < 3; c++) {
         int64_t cq[4] = {RB, H, ends[c] - start, dh}, ck[4] = {RB, Hkv, ends[c], dh};
-        qt = dev_tensor(qd + start * dh, TODRE_DTYPE_F16, 4, cq, qstr);
-        kt = dev_tensor(kd, TODRE_DTYPE_F16, 4, ck, kstr);
-        todre_decision dec[RB];
-        tt_assert_ok(todre_relevance_observe_qk(gpu, rel, 0, qt, kt, 0.0, dec));
-        if (c < 2)
-            for (int b = 0; b < RB; b++) assert_int_equal(dec[b], TODRE_DECISION_PENDING);
-        todre_tensor_destroy(kt);
-        todre_tensor_destroy(qt);
+        tt_array qt, kt, dt;
+        dev_array(&qt, qd + start * dh, TODRE_DTYPE_F16, 4, cq, qstr);
+        dev_array(&kt, kd, TODRE_DTYPE_F16, 4, ck, kstr);
+        int32_t dec[RB] = {-1, -1};
+        tt_array1(&dt, dec, TODRE_DTYPE_I32, RB);
+        tt_assert_ok(todre_relevance_observe_qk(gpu, rel, 0, &qt.dl, &kt.dl, 0.0, &dt.dl));
+        for (int b = 0; b < RB; b++) {
+            if (c < 2) assert_int_equal(dec[b], TODRE_DECISION_PENDING);
+            else assert_true(dec[b] == TODRE_DECISION_KEEP || dec[b] == TODRE_DECISION_DROP);
+        }
         start = ends[c];
     }
     read_ratios(rel, rg);
     todre_relevance_destroy(rel);
+    dev_free(gpu, kd);
+    dev_free(gpu, qd);
     todre_context_destroy(gpu);
-    cudaFree(kd);
-    cudaFree(qd);
     assert_ratios_close(rc, rg, "qk in three chunks");
     free(kh);
     free(qh);
@@ -768,11 +819,7 @@ static void test_relevance_qk_chunked(void **state)
 
 #ifdef TODRE_TEST_EMULATED_RT
 /* Built against the CPU emulator (tests/cuda_emu.cmake), whose counters see
- * every allocation and every host wait. After a first call of a given shape:
- * further stage-1 calls (a ragged batch mixing both paths, and CLS_TOPK)
- * allocate nothing and never make the host wait; a stage-2 observation
- * allocates nothing and waits exactly once (the host needs its ratios). And
- * the whole run breached no contract the emulator checks. */
+ * every allocation, host wait and GEMM. */
 static struct todre_emu_counters counters(void)
 {
     struct todre_emu_counters c;
@@ -780,6 +827,10 @@ static struct todre_emu_counters counters(void)
     return c;
 }
 
+/* After a first call of a given shape, further stage-1 calls (a ragged batch
+ * mixing both strategies, and CLS_TOPK) allocate nothing and never make the
+ * host wait; a stage-2 observation allocates nothing and waits exactly once
+ * (the host needs its ratios). */
 static void test_hot_path_allocates_and_waits_nothing(void **state)
 {
     (void)state;
@@ -788,48 +839,47 @@ static void test_hot_path_allocates_and_waits_nothing(void **state)
     N = offsets[NSETS];
     struct input in;
     input_make(&in, TODRE_DTYPE_F16, N, 64, 64, 21);
-    todre_context *gpu = cuda_ctx(0, 1 << 20); /* small limit: both paths in one batch */
-    void *emb = dev_copy(in.host, in.bytes), *cls = dev_copy(in.cls, sizeof(float) * (size_t)N);
+    todre_context *gpu = cuda_ctx(0, 1 << 20); /* small limit: both strategies in one batch */
+    void *emb = dev_copy(gpu, in.host, in.bytes);
+    void *cls = dev_copy(gpu, in.cls, sizeof(float) * (size_t)N);
     int64_t eshape[2] = {N, in.d};
-    todre_tensor *emb_t = dev_tensor(emb, in.dt, 2, eshape, NULL);
-    todre_tensor *cls_t = dev_tensor(cls, TODRE_DTYPE_F32, 1, &N, NULL);
-    todre_tensor *offs = tt_tensor1(offsets, TODRE_DTYPE_I64, NSETS + 1);
+    tt_array emb_t, cls_t, offs, ooffs, out_t;
+    dev_array(&emb_t, emb, in.dt, 2, eshape, NULL);
+    dev_array(&cls_t, cls, TODRE_DTYPE_F32, 1, &N, NULL);
+    tt_array1(&offs, offsets, TODRE_DTYPE_I64, NSETS + 1);
     int64_t ooff[NSETS + 1];
-    todre_tensor *ooffs = tt_tensor1(ooff, TODRE_DTYPE_I64, NSETS + 1);
+    tt_array1(&ooffs, ooff, TODRE_DTYPE_I64, NSETS + 1);
     struct sel_case cases[2] = {{TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 0, -1, 0, 1},
                                 {TODRE_OBJECTIVE_CLS_TOPK, TODRE_PIVOT_AUTO, 0, -1, 0, 1}};
     for (int c = 0; c < 2; c++) {
         todre_select_config *cfg = case_config(&cases[c], 0);
-        tt_assert_ok(todre_select_config_set_ratio(cfg, 0.25));
+        tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 0.25));
         int64_t K = 0, k;
         for (int b = 0; b < NSETS; b++) {
             tt_assert_ok(todre_select_keep_count(cfg, SET_N[b], &k));
             K += k;
         }
-        int64_t *out = dev_alloc(sizeof(int64_t) * (size_t)(2 * K));
+        int64_t *out = dev_alloc(gpu, sizeof(int64_t) * (size_t)(2 * K));
         int64_t oshape[2] = {2, K};
-        todre_tensor *out_t = dev_tensor(out, TODRE_DTYPE_I64, 2, oshape, NULL);
-        tt_assert_ok(todre_select_batch(gpu, cfg, emb_t, cls_t, offs, NULL, out_t, ooffs));
+        dev_array(&out_t, out, TODRE_DTYPE_I64, 2, oshape, NULL);
+        tt_assert_ok(todre_select_batch(gpu, cfg, &emb_t.dl, &cls_t.dl, &offs.dl, NULL, &out_t.dl,
+                                        &ooffs.dl));
         tt_assert_ok(todre_context_synchronize(gpu));
         struct todre_emu_counters before = counters();
         for (int r = 0; r < 3; r++)
-            tt_assert_ok(todre_select_batch(gpu, cfg, emb_t, cls_t, offs, NULL, out_t, ooffs));
+            tt_assert_ok(todre_select_batch(gpu, cfg, &emb_t.dl, &cls_t.dl, &offs.dl, NULL,
+                                            &out_t.dl, &ooffs.dl));
         struct todre_emu_counters after = counters();
         assert_int_equal(after.device_allocs - before.device_allocs, 0);
         assert_int_equal(after.host_allocs - before.host_allocs, 0);
         assert_int_equal(after.host_waits - before.host_waits, 0);
         assert_true(after.launches > before.launches); /* the work was queued */
         tt_assert_ok(todre_context_synchronize(gpu));
-        todre_tensor_destroy(out_t);
-        cudaFree(out);
+        dev_free(gpu, out);
         todre_select_config_destroy(cfg);
     }
-    todre_tensor_destroy(ooffs);
-    todre_tensor_destroy(offs);
-    todre_tensor_destroy(cls_t);
-    todre_tensor_destroy(emb_t);
-    cudaFree(cls);
-    cudaFree(emb);
+    dev_free(gpu, cls);
+    dev_free(gpu, emb);
 
     /* Stage 2 from probabilities, same shape each layer. */
     const int64_t H = 4, Q = 40;
@@ -839,13 +889,14 @@ static void test_hot_path_allocates_and_waits_nothing(void **state)
     float *host = malloc(sizeof(float) * count);
     assert_non_null(host);
     for (size_t i = 0; i < count; i++) host[i] = 1.0f / RK;
-    void *dev = dev_copy(host, sizeof(float) * count);
+    void *dev = dev_copy(gpu, host, sizeof(float) * count);
     int64_t shape[4] = {RB, H, Q, RK};
-    todre_tensor *a = dev_tensor(dev, TODRE_DTYPE_F32, 4, shape, NULL);
+    tt_array a;
+    dev_array(&a, dev, TODRE_DTYPE_F32, 4, shape, NULL);
     for (int r = 0; r < 4; r++) {
         todre_relevance *rel = make_rel(types);
         struct todre_emu_counters before = counters();
-        tt_assert_ok(todre_relevance_observe_probs(gpu, rel, 0, a, NULL));
+        tt_assert_ok(todre_relevance_observe_probs(gpu, rel, 0, &a.dl, NULL));
         struct todre_emu_counters after = counters();
         if (r > 0) {
             assert_int_equal(after.device_allocs - before.device_allocs, 0);
@@ -854,10 +905,36 @@ static void test_hot_path_allocates_and_waits_nothing(void **state)
         }
         todre_relevance_destroy(rel);
     }
-    todre_tensor_destroy(a);
-    cudaFree(dev);
+    dev_free(gpu, dev);
     free(host);
     todre_context_destroy(gpu);
+    input_free(&in);
+}
+
+/* The strategy that runs is the one the core planned: the requested GEMV
+ * runs no GEMM, the requested GRAM (it fits the limit and the device) runs
+ * cuBLAS, and GRAM under a zero workspace limit (which allows only O(n)
+ * strategies) falls back to GEMV in the core, not in the backend. */
+static void test_plan_is_followed(void **state)
+{
+    (void)state;
+    struct input in;
+    input_make(&in, TODRE_DTYPE_F32, 400, 64, 64, 31);
+    const struct sel_case sc = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0};
+    const struct {
+        int64_t strategy, limit;
+        int gemms;
+    } runs[3] = {{1, -1, 0}, {2, -1, 1}, {2, 0, 0}};
+    for (int r = 0; r < 3; r++) {
+        struct todre_emu_counters before = counters();
+        char what[64];
+        snprintf(what, sizeof what, "strategy %lld limit %lld", (long long)runs[r].strategy,
+                 (long long)runs[r].limit);
+        compare_single(&in, &sc, 40, runs[r].strategy, runs[r].limit, what);
+        struct todre_emu_counters after = counters();
+        if (runs[r].gemms) assert_true(after.blas_calls > before.blas_calls);
+        else assert_int_equal(after.blas_calls - before.blas_calls, 0);
+    }
     input_free(&in);
 }
 
@@ -868,29 +945,46 @@ static void test_no_contract_violation(void **state)
 }
 #endif
 
+/* Whether the registry has a "cuda" backend with a usable device; prints
+ * why not. */
+static int cuda_usable(void)
+{
+    int n = 0;
+    if (todre_backend_count(&n) != TODRE_OK) return 0;
+    for (int i = 0; i < n; i++) {
+        todre_backend_props p;
+        memset(&p, 0, sizeof p);
+        p.struct_size = sizeof p;
+        if (todre_backend_get_props(i, &p) != TODRE_OK || strcmp(p.name, "cuda") != 0) continue;
+        if (p.available) return 1;
+        printf("skipped: CUDA backend unavailable: %s\n", p.reason);
+        return 0;
+    }
+    printf("skipped: no CUDA backend module was found\n");
+    return 0;
+}
+
 int main(void)
 {
-    int avail = 0;
-    if (todre_backend_available(TODRE_BACKEND_CUDA, &avail) != TODRE_OK || !avail) {
-        printf("skipped: CUDA backend unavailable: %s\n", todre_last_error());
-        return 77;
-    }
+    if (!cuda_usable()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_set_sweep),
         cmocka_unit_test(test_ragged_batch_mixed_paths),
         cmocka_unit_test(test_nonfinite_is_reported),
         cmocka_unit_test(test_overflowing_rows_never_repeat),
-        cmocka_unit_test(test_stream_and_reuse),
+        cmocka_unit_test(test_reuse),
+#ifdef TODRE_TEST_HAVE_CUDART
+        cmocka_unit_test(test_user_stream),
+#endif
         cmocka_unit_test(test_relevance_probs),
         cmocka_unit_test(test_relevance_qk),
         cmocka_unit_test(test_relevance_qk_chunked),
         cmocka_unit_test(test_llava_next_shape),
 #ifdef TODRE_TEST_EMULATED_RT
         cmocka_unit_test(test_hot_path_allocates_and_waits_nothing),
+        cmocka_unit_test(test_plan_is_followed),
         cmocka_unit_test(test_no_contract_violation), /* last: covers every test above */
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
-
-#endif /* TODRE_TEST_HAVE_CUDART */

@@ -96,33 +96,32 @@ static todre_relevance *make_rel(const struct fixture *f)
     todre_relevance *rel = NULL;
     tt_assert_ok(todre_relevance_create(LAYERS, B, &rel));
     int64_t shape[2] = {B, K};
-    todre_tensor *t = tt_tensor((void *)f->types, TODRE_DTYPE_U8, 2, shape, NULL);
-    tt_assert_ok(todre_relevance_set_types(rel, t));
-    todre_tensor_destroy(t);
+    tt_array t;
+    tt_assert_ok(todre_relevance_set_types(
+        rel, tt_array_init(&t, (void *)f->types, TODRE_DTYPE_U8, 2, shape, NULL)));
     return rel;
 }
 
 /* Observe chunk c of layer 7 (views into the full arrays, no copies). */
 static todre_status observe_chunk(todre_context *ctx, todre_relevance *rel, struct fixture *f,
-                                  int from_qk, int64_t start, int64_t end, todre_decision *dec)
+                                  int from_qk, int64_t start, int64_t end, int32_t *dec)
 {
     int64_t Q = end - start;
-    todre_status st;
+    tt_array d;
+    const DLTensor *decisions = tt_array1(&d, dec, TODRE_DTYPE_I32, B);
     if (!from_qk) {
         int64_t shape[4] = {B, H, Q, end}, str[4] = {H * K * K, K * K, K, 1};
-        todre_tensor *a = tt_tensor(f->attn + start * K, TODRE_DTYPE_F32, 4, shape, str);
-        st = todre_relevance_observe_probs(ctx, rel, 7, a, dec);
-        todre_tensor_destroy(a);
-    } else {
-        int64_t qs[4] = {B, H, Q, DH}, qst[4] = {H * K * DH, K * DH, DH, 1};
-        int64_t ks[4] = {B, HKV, end, DH}, kst[4] = {HKV * K * DH, K * DH, DH, 1};
-        todre_tensor *q = tt_tensor(f->q + start * DH, TODRE_DTYPE_F32, 4, qs, qst);
-        todre_tensor *k = tt_tensor(f->k, TODRE_DTYPE_F32, 4, ks, kst);
-        st = todre_relevance_observe_qk(ctx, rel, 7, q, k, 0.0, dec);
-        todre_tensor_destroy(k);
-        todre_tensor_destroy(q);
+        tt_array a;
+        return todre_relevance_observe_probs(
+            ctx, rel, 7, tt_array_init(&a, f->attn + start * K, TODRE_DTYPE_F32, 4, shape, str),
+            decisions);
     }
-    return st;
+    int64_t qs[4] = {B, H, Q, DH}, qst[4] = {H * K * DH, K * DH, DH, 1};
+    int64_t ks[4] = {B, HKV, end, DH}, kst[4] = {HKV * K * DH, K * DH, DH, 1};
+    tt_array q, k;
+    return todre_relevance_observe_qk(
+        ctx, rel, 7, tt_array_init(&q, f->q + start * DH, TODRE_DTYPE_F32, 4, qs, qst),
+        tt_array_init(&k, f->k, TODRE_DTYPE_F32, 4, ks, kst), 0.0, decisions);
 }
 
 static void chunked_equals_whole(int from_qk)
@@ -138,8 +137,8 @@ static void chunked_equals_whole(int from_qk)
     todre_context *ctx = tt_cpu_context();
     todre_relevance *rel = make_rel(f);
     double tau = 0.5 * (want[0][0] + want[1][0]);
-    tt_assert_ok(todre_relevance_set_tau(rel, tau));
-    todre_decision dec[B];
+    tt_assert_ok(todre_relevance_set_double(rel, TODRE_RELEVANCE_TAU, tau));
+    int32_t dec[B];
     int64_t start = 0;
     for (int c = 0; c < 3; c++) {
         tt_assert_ok(observe_chunk(ctx, rel, f, from_qk, start, CHUNK_END[c], dec));
@@ -191,13 +190,13 @@ static void test_chunk_order(void **state)
     reference(f, 0, want);
     todre_context *ctx = tt_cpu_context();
     todre_relevance *rel = make_rel(f);
-    todre_decision dec[B];
+    int32_t dec[B];
     tt_assert_ok(observe_chunk(ctx, rel, f, 0, 0, 20, dec));
     tt_assert_fails(ctx, observe_chunk(ctx, rel, f, 0, 37, 50, dec), TODRE_ERR_STATE, "attn");
     tt_assert_fails(ctx, observe_chunk(ctx, rel, f, 0, 0, 50, dec), TODRE_ERR_STATE, "attn");
     tt_assert_ok(observe_chunk(ctx, rel, f, 0, 20, 37, dec));
     assert_int_equal(dec[0], TODRE_DECISION_PENDING);
-    tt_assert_ok(todre_relevance_reset(rel));
+    tt_assert_ok(todre_relevance_reset(rel, TODRE_RESET_STATE));
     tt_assert_ok(observe_chunk(ctx, rel, f, 0, 0, 50, dec));
     for (int b = 0; b < B; b++) {
         double t2v, v2t;
@@ -210,10 +209,11 @@ static void test_chunk_order(void **state)
     todre_relevance *one = NULL;
     tt_assert_ok(todre_relevance_create(LAYERS, 1, &one));
     tt_assert_ok(todre_relevance_set_layout(one, 2, 20, K - 22));
-    todre_tensor *a = tt_tensor(f->attn, TODRE_DTYPE_F32, 3, shape, NULL);
-    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, one, 7, a, NULL),
+    tt_array a;
+    tt_assert_fails(ctx, todre_relevance_observe_probs(
+                             ctx, one, 7, tt_array_init(&a, f->attn, TODRE_DTYPE_F32, 3, shape, NULL),
+                             NULL),
                     TODRE_ERR_INVALID_ARGUMENT, "attn");
-    todre_tensor_destroy(a);
     todre_relevance_destroy(one);
     todre_relevance_destroy(rel);
     todre_context_destroy(ctx);

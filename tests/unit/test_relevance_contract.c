@@ -47,61 +47,99 @@ static int teardown(void **state)
     return 0;
 }
 
-static todre_tensor *t3(void *data, todre_dtype dt, int64_t a, int64_t b, int64_t c)
+static const DLTensor *t3(tt_array *t, void *data, todre_dtype dt, int64_t a, int64_t b, int64_t c)
 {
-    int64_t shape[3] = {a, b, c};
-    return tt_tensor(data, dt, 3, shape, NULL);
+    return tt_array3(t, data, dt, a, b, c);
+}
+
+static const DLTensor *layers1(tt_array *t, int64_t *layers, int64_t count)
+{
+    return tt_array1(t, layers, TODRE_DTYPE_I64, count);
 }
 
 /* create / destroy / tau / schedule / probe layers. */
 static void test_handle_arguments(void **state)
 {
     (void)state;
-    todre_relevance *rel = (todre_relevance *)1;
+    todre_relevance *const sentinel = (todre_relevance *)&state;
+    todre_relevance *rel = sentinel; /* out-pointers are written only on success */
     tt_assert_fails(NULL, todre_relevance_create(8, 1, NULL), TODRE_ERR_INVALID_ARGUMENT, "out");
     tt_assert_fails(NULL, todre_relevance_create(0, 1, &rel), TODRE_ERR_INVALID_ARGUMENT, "num_layers");
-    assert_null(rel);
+    assert_ptr_equal(rel, sentinel);
     tt_assert_fails(NULL, todre_relevance_create(-3, 1, &rel), TODRE_ERR_INVALID_ARGUMENT, "num_layers");
     tt_assert_fails(NULL, todre_relevance_create(8, 0, &rel), TODRE_ERR_INVALID_ARGUMENT, "batch");
+    assert_ptr_equal(rel, sentinel);
     todre_relevance_destroy(NULL);
 
     tt_assert_ok(todre_relevance_create(8, 2, &rel));
     double tau;
     const double bad_tau[] = {-0.01, 1.01, NAN, INFINITY, -INFINITY};
     for (int i = 0; i < 5; i++)
-        tt_assert_fails(NULL, todre_relevance_set_tau(rel, bad_tau[i]), TODRE_ERR_INVALID_ARGUMENT, "tau");
-    tt_assert_ok(todre_relevance_get_tau(rel, &tau));
+        tt_assert_fails_param(NULL, todre_relevance_set_double(rel, TODRE_RELEVANCE_TAU, bad_tau[i]),
+                              TODRE_ERR_INVALID_ARGUMENT, TODRE_RELEVANCE_TAU);
+    tt_assert_ok(todre_relevance_get_double(rel, TODRE_RELEVANCE_TAU, &tau));
     assert_true(tau == 0.10); /* unchanged by the failures */
-    tt_assert_ok(todre_relevance_set_tau(rel, 0.0));
-    tt_assert_ok(todre_relevance_set_tau(rel, 1.0));
-    tt_assert_fails(NULL, todre_relevance_set_tau(NULL, 0.5), TODRE_ERR_INVALID_ARGUMENT, "rel");
-    tt_assert_fails(NULL, todre_relevance_get_tau(NULL, &tau), TODRE_ERR_INVALID_ARGUMENT, "rel");
-    tt_assert_fails(NULL, todre_relevance_get_tau(rel, NULL), TODRE_ERR_INVALID_ARGUMENT, "tau");
+    tt_assert_ok(todre_relevance_set_double(rel, TODRE_RELEVANCE_TAU, 0.0));
+    tt_assert_ok(todre_relevance_set_double(rel, TODRE_RELEVANCE_TAU, 1.0));
+    tt_assert_fails(NULL, todre_relevance_set_double(NULL, TODRE_RELEVANCE_TAU, 0.5),
+                    TODRE_ERR_INVALID_ARGUMENT, "rel");
+    tt_assert_fails(NULL, todre_relevance_get_double(NULL, TODRE_RELEVANCE_TAU, &tau),
+                    TODRE_ERR_INVALID_ARGUMENT, "rel");
+    tt_assert_fails(NULL, todre_relevance_get_double(rel, TODRE_RELEVANCE_TAU, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "value");
 
-    tt_assert_fails(NULL, todre_relevance_set_schedule(NULL, TODRE_PROBE_LIST), TODRE_ERR_INVALID_ARGUMENT, "rel");
-    tt_assert_fails(NULL, todre_relevance_set_schedule(rel, (todre_probe_schedule)2),
-                    TODRE_ERR_INVALID_ARGUMENT, "schedule");
-    tt_assert_fails(NULL, todre_relevance_set_schedule(rel, (todre_probe_schedule)-1),
-                    TODRE_ERR_INVALID_ARGUMENT, "schedule");
+    tt_assert_fails(NULL, todre_relevance_set_int(NULL, TODRE_RELEVANCE_SCHEDULE, TODRE_PROBE_LIST),
+                    TODRE_ERR_INVALID_ARGUMENT, "rel");
+    tt_assert_fails_param(NULL, todre_relevance_set_int(rel, TODRE_RELEVANCE_SCHEDULE, 2),
+                          TODRE_ERR_INVALID_ARGUMENT, TODRE_RELEVANCE_SCHEDULE);
+    tt_assert_fails_param(NULL, todre_relevance_set_int(rel, TODRE_RELEVANCE_SCHEDULE, -1),
+                          TODRE_ERR_INVALID_ARGUMENT, TODRE_RELEVANCE_SCHEDULE);
 
     int64_t layers[3] = {1, 7, 1};
-    tt_assert_fails(NULL, todre_relevance_set_probe_layers(NULL, layers, 1), TODRE_ERR_INVALID_ARGUMENT, "rel");
-    tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, NULL, 1), TODRE_ERR_INVALID_ARGUMENT, "layers");
-    tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, layers, 0), TODRE_ERR_INVALID_ARGUMENT, "count");
+    tt_array t;
+    tt_assert_fails(NULL, todre_relevance_set_probe_layers(NULL, layers1(&t, layers, 1)),
+                    TODRE_ERR_INVALID_ARGUMENT, "rel");
+    tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, NULL), TODRE_ERR_INVALID_ARGUMENT,
+                    "layers");
+    tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, layers1(&t, layers, 0)),
+                    TODRE_ERR_INVALID_ARGUMENT, "layers"); /* count >= 1 */
     int64_t bad[2] = {3, 8};
-    tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, bad, 2), TODRE_ERR_INVALID_ARGUMENT, "layers");
+    tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, layers1(&t, bad, 2)),
+                    TODRE_ERR_INVALID_ARGUMENT, "layers");
+    tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, tt_array1(&t, layers, TODRE_DTYPE_I32, 2)),
+                    TODRE_ERR_INVALID_ARGUMENT, "layers"); /* int64 only */
+    int64_t sh2[2] = {1, 2};
+    tt_assert_fails(NULL, todre_relevance_set_probe_layers(
+                              rel, tt_array_init(&t, layers, TODRE_DTYPE_I64, 2, sh2, NULL)),
+                    TODRE_ERR_INVALID_ARGUMENT, "layers"); /* 1-D only */
+    layers1(&t, layers, 2);
+    tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, tt_array_on(&t, kDLCUDA, 0)),
+                    TODRE_ERR_INVALID_ARGUMENT, "layers"); /* host only */
     int is;
     tt_assert_ok(todre_relevance_is_probe(rel, 0, 3, &is));
-    assert_int_equal(is, 0); /* the failed call changed nothing */
-    tt_assert_ok(todre_relevance_set_probe_layers(rel, layers, 3)); /* duplicates are fine */
+    assert_int_equal(is, 0); /* the failed calls changed nothing */
+    tt_assert_ok(todre_relevance_set_probe_layers(rel, layers1(&t, layers, 3))); /* duplicates are fine */
     tt_assert_ok(todre_relevance_is_probe(rel, 1, 7, &is));
     assert_int_equal(is, 1);
+    int64_t count = -1;
+    tt_assert_fails(NULL, todre_relevance_get_probe_layers(NULL, NULL, &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "rel");
+    tt_assert_fails(NULL, todre_relevance_get_probe_layers(rel, NULL, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "count");
+    tt_assert_fails(NULL, todre_relevance_get_probe_layers(rel, tt_array1(&t, layers, TODRE_DTYPE_F32, 3),
+                                                           &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "out");
 
     tt_assert_fails(NULL, todre_relevance_is_probe(NULL, 0, 0, &is), TODRE_ERR_INVALID_ARGUMENT, "rel");
     tt_assert_fails(NULL, todre_relevance_is_probe(rel, 0, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "is_probe");
     tt_assert_fails(NULL, todre_relevance_is_probe(rel, 2, 0, &is), TODRE_ERR_INVALID_ARGUMENT, "seq");
     tt_assert_fails(NULL, todre_relevance_is_probe(rel, -1, 0, &is), TODRE_ERR_INVALID_ARGUMENT, "seq");
-    tt_assert_fails(NULL, todre_relevance_reset(NULL), TODRE_ERR_INVALID_ARGUMENT, "rel");
+    tt_assert_fails(NULL, todre_relevance_reset(NULL, TODRE_RESET_STATE), TODRE_ERR_INVALID_ARGUMENT,
+                    "rel");
+    tt_assert_fails(NULL, todre_relevance_reset(rel, (todre_reset)0), TODRE_ERR_INVALID_ARGUMENT,
+                    "what");
+    tt_assert_fails(NULL, todre_relevance_reset(rel, (todre_reset)4), TODRE_ERR_INVALID_ARGUMENT,
+                    "what");
     todre_relevance_destroy(rel);
 }
 
@@ -115,39 +153,38 @@ static void test_types_arguments(void **state)
     memcpy(u8, types12, K);
     memcpy(u8 + K, types12, K);
     float f32[K] = {0};
-    todre_tensor *ok1 = tt_tensor1(u8, TODRE_DTYPE_U8, K);
+    tt_array ok1_a, t;
+    const DLTensor *ok1 = tt_array1(&ok1_a, u8, TODRE_DTYPE_U8, K);
     tt_assert_fails(NULL, todre_relevance_set_types(NULL, ok1), TODRE_ERR_INVALID_ARGUMENT, "rel");
     tt_assert_fails(NULL, todre_relevance_set_types(rel, NULL), TODRE_ERR_INVALID_ARGUMENT, "types");
-    todre_tensor *wrong_dt = tt_tensor1(f32, TODRE_DTYPE_F32, K);
-    tt_assert_fails(NULL, todre_relevance_set_types(rel, wrong_dt), TODRE_ERR_INVALID_ARGUMENT, "types");
+    tt_assert_fails(NULL, todre_relevance_set_types(rel, tt_array1(&t, f32, TODRE_DTYPE_F32, K)),
+                    TODRE_ERR_INVALID_ARGUMENT, "types");
     int64_t s3[3] = {1, 2, K / 2}, s2[2] = {3, K / 3}, s0[1] = {0};
-    todre_tensor *rank3 = tt_tensor(u8, TODRE_DTYPE_U8, 3, s3, NULL);
-    tt_assert_fails(NULL, todre_relevance_set_types(rel, rank3), TODRE_ERR_INVALID_ARGUMENT, "types");
-    todre_tensor *wrong_b = tt_tensor(u8, TODRE_DTYPE_U8, 2, s2, NULL);
-    tt_assert_fails(NULL, todre_relevance_set_types(rel, wrong_b), TODRE_ERR_INVALID_ARGUMENT, "types");
-    todre_tensor *empty = tt_tensor(u8, TODRE_DTYPE_U8, 1, s0, NULL);
-    tt_assert_fails(NULL, todre_relevance_set_types(rel, empty), TODRE_ERR_INVALID_ARGUMENT, "types");
-    todre_tensor *dev = NULL;
-    int64_t sk[1] = {K};
-    tt_assert_ok(todre_tensor_create(u8, TODRE_DTYPE_U8, TODRE_DEVICE_CUDA, 0, 1, sk, NULL, &dev));
-    tt_assert_fails(NULL, todre_relevance_set_types(rel, dev), TODRE_ERR_INVALID_ARGUMENT, "types");
+    tt_assert_fails(NULL, todre_relevance_set_types(rel, tt_array_init(&t, u8, TODRE_DTYPE_U8, 3, s3, NULL)),
+                    TODRE_ERR_INVALID_ARGUMENT, "types");
+    tt_assert_fails(NULL, todre_relevance_set_types(rel, tt_array_init(&t, u8, TODRE_DTYPE_U8, 2, s2, NULL)),
+                    TODRE_ERR_INVALID_ARGUMENT, "types");
+    tt_assert_fails(NULL, todre_relevance_set_types(rel, tt_array_init(&t, u8, TODRE_DTYPE_U8, 1, s0, NULL)),
+                    TODRE_ERR_INVALID_ARGUMENT, "types");
+    tt_array1(&t, u8, TODRE_DTYPE_U8, K);
+    tt_assert_fails(NULL, todre_relevance_set_types(rel, tt_array_on(&t, kDLCUDA, 0)),
+                    TODRE_ERR_INVALID_ARGUMENT, "types");
     const uint8_t bad_values[] = {3, 7, 255};
     for (int i = 0; i < 3; i++) {
         u8[K + 5] = bad_values[i];
         int64_t sb[2] = {2, K};
-        todre_tensor *tb = tt_tensor(u8, TODRE_DTYPE_U8, 2, sb, NULL);
-        tt_assert_fails(NULL, todre_relevance_set_types(rel, tb), TODRE_ERR_INVALID_ARGUMENT, "types");
-        todre_tensor_destroy(tb);
+        tt_assert_fails(NULL, todre_relevance_set_types(rel, tt_array_init(&t, u8, TODRE_DTYPE_U8, 2, sb, NULL)),
+                        TODRE_ERR_INVALID_ARGUMENT, "types");
     }
     /* Nothing was installed: observing still needs types. */
-    todre_tensor *attn = t3(f->attn, TODRE_DTYPE_F32, H, K, K);
     int64_t s4[4] = {2, H, K, K};
     float *a2 = calloc(2 * H * K * K, sizeof(float));
     assert_non_null(a2);
-    todre_tensor *attn2 = tt_tensor(a2, TODRE_DTYPE_F32, 4, s4, NULL);
+    tt_array attn2_a;
+    const DLTensor *attn2 = tt_array_init(&attn2_a, a2, TODRE_DTYPE_F32, 4, s4, NULL);
     tt_assert_fails(f->ctx, todre_relevance_observe_probs(f->ctx, rel, 3, attn2, NULL), TODRE_ERR_STATE, "types");
     int64_t count;
-    tt_assert_fails(NULL, todre_relevance_keep_positions(rel, 0, NULL, 0, &count), TODRE_ERR_STATE, "types");
+    tt_assert_fails(NULL, todre_relevance_keep_positions(rel, 0, NULL, &count), TODRE_ERR_STATE, "types");
 
     tt_assert_fails(NULL, todre_relevance_set_layout(NULL, 1, 1, 1), TODRE_ERR_INVALID_ARGUMENT, "rel");
     tt_assert_fails(NULL, todre_relevance_set_layout(rel, -1, 1, 1), TODRE_ERR_INVALID_ARGUMENT, "n_system");
@@ -156,50 +193,62 @@ static void test_types_arguments(void **state)
     tt_assert_fails(NULL, todre_relevance_set_layout(rel, 0, 0, 0), TODRE_ERR_INVALID_ARGUMENT, "layout");
     tt_assert_ok(todre_relevance_set_types(rel, ok1)); /* [K]: same for every sequence */
     tt_assert_ok(todre_relevance_observe_probs(f->ctx, rel, 3, attn2, NULL));
-    todre_tensor_destroy(ok1);
-    todre_tensor_destroy(wrong_dt);
-    todre_tensor_destroy(rank3);
-    todre_tensor_destroy(wrong_b);
-    todre_tensor_destroy(empty);
-    todre_tensor_destroy(dev);
-    todre_tensor_destroy(attn);
-    todre_tensor_destroy(attn2);
+    /* bool (DLPack code 6, 8 bits) is accepted like uint8 */
+    tt_array1(&t, u8, TODRE_DTYPE_U8, K);
+    t.dl.dtype.code = 6;
+    tt_assert_ok(todre_relevance_set_types(rel, &t.dl));
     free(a2);
     todre_relevance_destroy(rel);
 }
 
-/* observe_probs: handles, rank, shape, dtype, device. */
+/* observe_probs: handles, rank, shape, dtype, device; the decisions array. */
 static void test_observe_probs_arguments(void **state)
 {
     struct fx *f = *state;
     todre_context *ctx = f->ctx;
-    todre_tensor *good = t3(f->attn, TODRE_DTYPE_F32, H, K, K);
-    todre_decision d;
-    tt_assert_fails(NULL, todre_relevance_observe_probs(NULL, f->rel, 0, good, &d), TODRE_ERR_INVALID_ARGUMENT, "ctx");
-    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, NULL, 0, good, &d), TODRE_ERR_INVALID_ARGUMENT, "rel");
-    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, NULL, &d), TODRE_ERR_INVALID_ARGUMENT, "attn:");
+    tt_array good_a, d_a;
+    const DLTensor *good = t3(&good_a, f->attn, TODRE_DTYPE_F32, H, K, K);
+    int32_t d;
+    const DLTensor *dec = tt_array1(&d_a, &d, TODRE_DTYPE_I32, 1);
+    tt_assert_fails(NULL, todre_relevance_observe_probs(NULL, f->rel, 0, good, dec), TODRE_ERR_INVALID_ARGUMENT, "ctx");
+    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, NULL, 0, good, dec), TODRE_ERR_INVALID_ARGUMENT, "rel");
+    tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, NULL, dec), TODRE_ERR_INVALID_ARGUMENT, "attn:");
     int64_t s2[2] = {K, K}, s5[5] = {1, 1, H, K, K}, s4b[4] = {2, H, K / 2, K};
-    todre_tensor *r2 = tt_tensor(f->attn, TODRE_DTYPE_F32, 2, s2, NULL);
-    todre_tensor *r5 = tt_tensor(f->attn, TODRE_DTYPE_F32, 5, s5, NULL);
-    todre_tensor *b2 = tt_tensor(f->attn, TODRE_DTYPE_F32, 4, s4b, NULL);
-    todre_tensor *wrong_k = t3(f->attn, TODRE_DTYPE_F32, H, K + 1, K - 1);
-    todre_tensor *q_gt_k = t3(f->attn, TODRE_DTYPE_F32, 1, K + 2, K);
-    todre_tensor *i32 = t3(f->attn, TODRE_DTYPE_I32, H, K, K);
-    todre_tensor *u8 = t3(f->attn, TODRE_DTYPE_U8, H, K, K);
-    todre_tensor *dev = NULL;
-    int64_t s3[3] = {H, K, K};
-    tt_assert_ok(todre_tensor_create(f->attn, TODRE_DTYPE_F32, TODRE_DEVICE_CUDA, 0, 3, s3, NULL, &dev));
-    todre_tensor *bad[] = {r2, r5, b2, wrong_k, q_gt_k, i32, u8, dev};
+    tt_array bad[9];
+    tt_array_init(&bad[0], f->attn, TODRE_DTYPE_F32, 2, s2, NULL);
+    tt_array_init(&bad[1], f->attn, TODRE_DTYPE_F32, 5, s5, NULL);
+    tt_array_init(&bad[2], f->attn, TODRE_DTYPE_F32, 4, s4b, NULL);
+    t3(&bad[3], f->attn, TODRE_DTYPE_F32, H, K + 1, K - 1);
+    t3(&bad[4], f->attn, TODRE_DTYPE_F32, 1, K + 2, K);
+    t3(&bad[5], f->attn, TODRE_DTYPE_I32, H, K, K);
+    t3(&bad[6], f->attn, TODRE_DTYPE_U8, H, K, K);
+    t3(&bad[7], f->attn, TODRE_DTYPE_F32, H, K, K);
+    tt_array_on(&bad[7], kDLCUDA, 0);
+    t3(&bad[8], NULL, TODRE_DTYPE_F32, H, K, K); /* NULL data, not empty */
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
-        d = (todre_decision)99;
-        tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, bad[i], &d),
+        d = 99;
+        tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, &bad[i].dl, dec),
                         TODRE_ERR_INVALID_ARGUMENT, "attn:");
         assert_int_equal(d, 99); /* outputs untouched on failure */
     }
-    tt_assert_ok(todre_relevance_observe_probs(ctx, f->rel, 0, good, &d));
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) todre_tensor_destroy(bad[i]);
-    todre_tensor_destroy(good);
-    tt_assert_ok(todre_relevance_reset(f->rel));
+    /* decisions: host int32 [B] */
+    int64_t two = 2;
+    int32_t d2[2] = {99, 99};
+    tt_array bd[4];
+    tt_array1(&bd[0], d2, TODRE_DTYPE_I64, 1);
+    tt_array1(&bd[1], d2, TODRE_DTYPE_I32, 2);
+    tt_array_init(&bd[2], d2, TODRE_DTYPE_I32, 0, &two, NULL);
+    tt_array1(&bd[3], d2, TODRE_DTYPE_I32, 1);
+    tt_array_on(&bd[3], kDLCUDA, 0);
+    for (size_t i = 0; i < sizeof bd / sizeof *bd; i++) {
+        tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, good, &bd[i].dl),
+                        TODRE_ERR_INVALID_ARGUMENT, "decisions");
+        assert_true(d2[0] == 99 && d2[1] == 99);
+    }
+    d = 99;
+    tt_assert_ok(todre_relevance_observe_probs(ctx, f->rel, 0, good, dec));
+    assert_true(d == TODRE_DECISION_KEEP || d == TODRE_DECISION_DROP);
+    tt_assert_ok(todre_relevance_reset(f->rel, TODRE_RESET_STATE));
 }
 
 /* observe_qk: shapes, GQA divisibility, dtype agreement, scale. */
@@ -207,51 +256,49 @@ static void test_observe_qk_arguments(void **state)
 {
     struct fx *f = *state;
     todre_context *ctx = f->ctx;
-    todre_tensor *q = t3(f->q, TODRE_DTYPE_F32, H, K, DH);
-    todre_tensor *k = t3(f->k, TODRE_DTYPE_F32, HKV, K, DH);
+    tt_array qa, ka, t, u;
+    const DLTensor *q = t3(&qa, f->q, TODRE_DTYPE_F32, H, K, DH);
+    const DLTensor *k = t3(&ka, f->k, TODRE_DTYPE_F32, HKV, K, DH);
     tt_assert_fails(NULL, todre_relevance_observe_qk(NULL, f->rel, 0, q, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "ctx");
     tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, NULL, 0, q, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "rel");
     tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, NULL, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "q:");
     tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, NULL, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "k:");
 
-    todre_tensor *q3heads = t3(f->q, TODRE_DTYPE_F32, 3, K, DH);     /* 3 % 2 != 0 */
-    todre_tensor *k3heads = t3(f->k, TODRE_DTYPE_F32, 3, K, DH / 2); /* 4 % 3 != 0 */
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q3heads, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "q:");
-    todre_tensor *q_dh = t3(f->q, TODRE_DTYPE_F32, H, K, DH / 2);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q_dh, k3heads, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "q:");
-    todre_tensor_destroy(q_dh);
-    todre_tensor *qsmall = t3(f->q, TODRE_DTYPE_F32, 1, K, DH);
-    todre_tensor *k2 = t3(f->k, TODRE_DTYPE_F32, 2, K, DH);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, qsmall, k2, 0, NULL),
+    /* 3 % 2 != 0 */
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, t3(&t, f->q, TODRE_DTYPE_F32, 3, K, DH), k, 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "q:");
+    /* 4 % 3 != 0 */
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, t3(&t, f->q, TODRE_DTYPE_F32, H, K, DH / 2),
+                                                    t3(&u, f->k, TODRE_DTYPE_F32, 3, K, DH / 2), 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "q:");
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, t3(&t, f->q, TODRE_DTYPE_F32, 1, K, DH),
+                                                    t3(&u, f->k, TODRE_DTYPE_F32, 2, K, DH), 0, NULL),
                     TODRE_ERR_INVALID_ARGUMENT, "q:"); /* fewer query than key heads */
-    todre_tensor *k_dh = t3(f->k, TODRE_DTYPE_F32, HKV, K, DH / 2);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k_dh, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "k:");
-    todre_tensor *k_K = t3(f->k, TODRE_DTYPE_F32, HKV, K + 1, DH);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k_K, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "k:");
-    todre_tensor *q_Q = t3(f->q, TODRE_DTYPE_F32, 2, K + 1, DH);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q_Q, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "q:");
-    todre_tensor *k_f16 = t3(f->k, TODRE_DTYPE_F16, HKV, K, DH);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k_f16, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "k:");
-    todre_tensor *q_i64 = t3(f->q, TODRE_DTYPE_I64, H, K / 2, DH);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q_i64, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "q:");
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, t3(&u, f->k, TODRE_DTYPE_F32, HKV, K, DH / 2), 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "k:");
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, t3(&u, f->k, TODRE_DTYPE_F32, HKV, K + 1, DH), 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "k:");
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, t3(&t, f->q, TODRE_DTYPE_F32, 2, K + 1, DH), k, 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "q:");
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, t3(&u, f->k, TODRE_DTYPE_F16, HKV, K, DH), 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "k:");
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, t3(&t, f->q, TODRE_DTYPE_I64, H, K / 2, DH), k, 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "q:");
     int64_t s2[2] = {K, DH}, s4[4] = {1, HKV, K, DH};
-    todre_tensor *q_r2 = tt_tensor(f->q, TODRE_DTYPE_F32, 2, s2, NULL);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q_r2, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "q:");
-    todre_tensor *k_r4 = tt_tensor(f->k, TODRE_DTYPE_F32, 4, s4, NULL);
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k_r4, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "k:");
-    todre_tensor *qdev = NULL;
-    int64_t sq[3] = {H, K, DH};
-    tt_assert_ok(todre_tensor_create(f->q, TODRE_DTYPE_F32, TODRE_DEVICE_CUDA, 0, 3, sq, NULL, &qdev));
-    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, qdev, k, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "q:");
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, tt_array_init(&t, f->q, TODRE_DTYPE_F32, 2, s2, NULL), k, 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "q:");
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, tt_array_init(&u, f->k, TODRE_DTYPE_F32, 4, s4, NULL), 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "k:");
+    t3(&t, f->q, TODRE_DTYPE_F32, H, K, DH);
+    tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, tt_array_on(&t, kDLCUDA, 0), k, 0, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "q:");
 
     const double bad_scale[] = {-1.0, -1e-300, NAN, INFINITY, -INFINITY};
     for (int i = 0; i < 5; i++)
         tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k, bad_scale[i], NULL),
                         TODRE_ERR_INVALID_ARGUMENT, "scale");
     tt_assert_ok(todre_relevance_observe_qk(ctx, f->rel, 0, q, k, 0.0, NULL));
-    todre_tensor *all[] = {q, k, q3heads, k3heads, qsmall, k2, k_dh, k_K, q_Q, k_f16, q_i64, q_r2, k_r4, qdev};
-    for (size_t i = 0; i < sizeof all / sizeof *all; i++) todre_tensor_destroy(all[i]);
-    tt_assert_ok(todre_relevance_reset(f->rel));
+    tt_assert_ok(todre_relevance_reset(f->rel, TODRE_RESET_STATE));
 }
 
 /* NaN or Inf anywhere in an observed sequence's input is NONFINITE naming
@@ -263,16 +310,15 @@ static void test_nonfinite(void **state)
     todre_context *ctx = f->ctx;
     const float bad_values[] = {NAN, INFINITY, -INFINITY};
     const size_t attn_at[] = {0, (size_t)(2 * K * K + 9 * K + 3), (size_t)(H * K * K - 1)};
+    tt_array ta, tb;
     for (int v = 0; v < 3; v++)
         for (int p = 0; p < 3; p++) {
             float *a = malloc(sizeof f->attn);
             assert_non_null(a);
             memcpy(a, f->attn, sizeof f->attn);
             a[attn_at[p]] = bad_values[v];
-            todre_tensor *t = t3(a, TODRE_DTYPE_F32, H, K, K);
-            tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, t, NULL),
+            tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, t3(&ta, a, TODRE_DTYPE_F32, H, K, K), NULL),
                             TODRE_ERR_NONFINITE, "attn:");
-            todre_tensor_destroy(t);
             free(a);
         }
     /* 16-bit inputs: f16 and bf16 Inf/NaN bit patterns. */
@@ -284,9 +330,9 @@ static void test_nonfinite(void **state)
             q16[i] = d ? todre_f32_to_bf16(f->q[i]) : todre_f32_to_f16(f->q[i]);
         for (int i = 0; i < HKV * K * DH; i++)
             k16[i] = d ? todre_f32_to_bf16(f->k[i]) : todre_f32_to_f16(f->k[i]);
-        todre_tensor *q = t3(q16, dts[d], H, K, DH), *k = t3(k16, dts[d], HKV, K, DH);
+        const DLTensor *q = t3(&ta, q16, dts[d], H, K, DH), *k = t3(&tb, k16, dts[d], HKV, K, DH);
         tt_assert_ok(todre_relevance_observe_qk(ctx, f->rel, 0, q, k, 0, NULL));
-        tt_assert_ok(todre_relevance_reset(f->rel));
+        tt_assert_ok(todre_relevance_reset(f->rel, TODRE_RESET_STATE));
         uint16_t save = q16[DH + 1]; /* head 0, query row 1: a system row */
         q16[DH + 1] = inf_bits[d];
         tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k, 0, NULL), TODRE_ERR_NONFINITE, "q:");
@@ -295,24 +341,21 @@ static void test_nonfinite(void **state)
         k16[HKV * K * DH - 1] = nan_bits[d];
         tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k, 0, NULL), TODRE_ERR_NONFINITE, "k:");
         k16[HKV * K * DH - 1] = save;
-        todre_tensor_destroy(q);
-        todre_tensor_destroy(k);
         /* attention probabilities in 16 bits */
         uint16_t *a16 = malloc(sizeof(uint16_t) * H * K * K);
         assert_non_null(a16);
         for (int i = 0; i < H * K * K; i++)
             a16[i] = d ? todre_f32_to_bf16(f->attn[i]) : todre_f32_to_f16(f->attn[i]);
         a16[5] = nan_bits[d];
-        todre_tensor *t = t3(a16, dts[d], H, K, K);
-        tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, t, NULL), TODRE_ERR_NONFINITE, "attn:");
-        todre_tensor_destroy(t);
+        tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, f->rel, 0, t3(&ta, a16, dts[d], H, K, K), NULL),
+                        TODRE_ERR_NONFINITE, "attn:");
         free(a16);
     }
     /* f32 q and k */
     float qc[H * K * DH], kc[HKV * K * DH];
     memcpy(qc, f->q, sizeof qc);
     memcpy(kc, f->k, sizeof kc);
-    todre_tensor *q = t3(qc, TODRE_DTYPE_F32, H, K, DH), *k = t3(kc, TODRE_DTYPE_F32, HKV, K, DH);
+    const DLTensor *q = t3(&ta, qc, TODRE_DTYPE_F32, H, K, DH), *k = t3(&tb, kc, TODRE_DTYPE_F32, HKV, K, DH);
     qc[3 * K * DH + 11 * DH + 7] = NAN;
     tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k, 0, NULL), TODRE_ERR_NONFINITE, "q:");
     qc[3 * K * DH + 11 * DH + 7] = 0.0f;
@@ -323,15 +366,13 @@ static void test_nonfinite(void **state)
     for (int i = 0; i < H * K * DH; i++) qc[i] = 1e30f;
     for (int i = 0; i < HKV * K * DH; i++) kc[i] = 1e30f;
     tt_assert_fails(ctx, todre_relevance_observe_qk(ctx, f->rel, 0, q, k, 1.0, NULL), TODRE_ERR_NONFINITE, "q, k:");
-    todre_tensor_destroy(q);
-    todre_tensor_destroy(k);
     /* The handle is still usable after the failures. */
-    todre_tensor *good = t3(f->attn, TODRE_DTYPE_F32, H, K, K);
-    todre_decision d = (todre_decision)0;
-    tt_assert_ok(todre_relevance_observe_probs(ctx, f->rel, 0, good, &d));
+    tt_array da;
+    int32_t d = 0;
+    tt_assert_ok(todre_relevance_observe_probs(ctx, f->rel, 0, t3(&ta, f->attn, TODRE_DTYPE_F32, H, K, K),
+                                               tt_array1(&da, &d, TODRE_DTYPE_I32, 1)));
     assert_true(d == TODRE_DECISION_KEEP || d == TODRE_DECISION_DROP);
-    todre_tensor_destroy(good);
-    tt_assert_ok(todre_relevance_reset(f->rel));
+    tt_assert_ok(todre_relevance_reset(f->rel, TODRE_RESET_STATE));
 }
 
 /* ratios / drop_layer / keep_positions. */
@@ -340,25 +381,38 @@ static void test_query_arguments(void **state)
     struct fx *f = *state;
     double x, y;
     int64_t l, out[K], count;
+    tt_array o;
     tt_assert_fails(NULL, todre_relevance_ratios(NULL, 0, 0, &x, &y), TODRE_ERR_INVALID_ARGUMENT, "rel");
     tt_assert_fails(NULL, todre_relevance_ratios(f->rel, 1, 0, &x, &y), TODRE_ERR_INVALID_ARGUMENT, "seq");
     tt_assert_fails(NULL, todre_relevance_ratios(f->rel, 0, 0, &x, &y), TODRE_ERR_STATE, "layer");
     tt_assert_fails(NULL, todre_relevance_drop_layer(NULL, 0, &l), TODRE_ERR_INVALID_ARGUMENT, "rel");
     tt_assert_fails(NULL, todre_relevance_drop_layer(f->rel, 0, NULL), TODRE_ERR_INVALID_ARGUMENT, "layer");
     tt_assert_fails(NULL, todre_relevance_drop_layer(f->rel, -1, &l), TODRE_ERR_INVALID_ARGUMENT, "seq");
-    tt_assert_fails(NULL, todre_relevance_keep_positions(NULL, 0, out, K, &count), TODRE_ERR_INVALID_ARGUMENT, "rel");
-    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 0, out, K, NULL), TODRE_ERR_INVALID_ARGUMENT, "count");
-    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 1, out, K, &count), TODRE_ERR_INVALID_ARGUMENT, "seq");
-    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 0, out, 6, &count), TODRE_ERR_INVALID_ARGUMENT, "capacity");
-    tt_assert_ok(todre_relevance_keep_positions(f->rel, 0, out, 7, &count));
+    tt_assert_fails(NULL, todre_relevance_keep_positions(NULL, 0, tt_array1(&o, out, TODRE_DTYPE_I64, K), &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "rel");
+    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 0, tt_array1(&o, out, TODRE_DTYPE_I64, K), NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "count");
+    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 1, tt_array1(&o, out, TODRE_DTYPE_I64, K), &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "seq");
+    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 0, tt_array1(&o, out, TODRE_DTYPE_I64, 6), &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "out"); /* capacity below the count */
+    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 0, tt_array1(&o, out, TODRE_DTYPE_I32, K), &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "out");
+    int64_t sh2[2] = {1, K};
+    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 0, tt_array_init(&o, out, TODRE_DTYPE_I64, 2, sh2, NULL),
+                                                         &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "out");
+    tt_array1(&o, out, TODRE_DTYPE_I64, K);
+    tt_assert_fails(NULL, todre_relevance_keep_positions(f->rel, 0, tt_array_on(&o, kDLCUDA, 0), &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "out"); /* host only */
+    tt_assert_ok(todre_relevance_keep_positions(f->rel, 0, tt_array1(&o, out, TODRE_DTYPE_I64, 7), &count));
     assert_int_equal(count, 7);
     /* A NULL ratio out-pointer is allowed once the layer was observed. */
-    todre_tensor *good = t3(f->attn, TODRE_DTYPE_F32, H, K, K);
-    tt_assert_ok(todre_relevance_observe_probs(f->ctx, f->rel, 0, good, NULL));
+    tt_array g;
+    tt_assert_ok(todre_relevance_observe_probs(f->ctx, f->rel, 0, t3(&g, f->attn, TODRE_DTYPE_F32, H, K, K), NULL));
     tt_assert_ok(todre_relevance_ratios(f->rel, 0, 0, NULL, &y));
     tt_assert_ok(todre_relevance_ratios(f->rel, 0, 0, &x, NULL));
-    todre_tensor_destroy(good);
-    tt_assert_ok(todre_relevance_reset(f->rel));
+    tt_assert_ok(todre_relevance_reset(f->rel, TODRE_RESET_STATE));
 }
 
 int main(void)

@@ -41,30 +41,47 @@ static float *crafted_probs(const uint8_t *types, int64_t K, float w_t, float w_
     return a;
 }
 
-static todre_tensor *probs_tensor(float *a, int64_t K)
+static const DLTensor *probs_tensor(tt_array *t, float *a, int64_t K)
 {
-    int64_t shape[3] = {H, K, K};
-    return tt_tensor(a, TODRE_DTYPE_F32, 3, shape, NULL);
+    return tt_array3(t, a, TODRE_DTYPE_F32, H, K, K);
 }
 
 static todre_relevance *handle(int64_t L, int64_t B, const uint8_t *types, int64_t K)
 {
     todre_relevance *rel = NULL;
     tt_assert_ok(todre_relevance_create(L, B, &rel));
-    todre_tensor *t = tt_tensor1((void *)types, TODRE_DTYPE_U8, K);
-    tt_assert_ok(todre_relevance_set_types(rel, t));
-    todre_tensor_destroy(t);
+    tt_array t;
+    tt_assert_ok(todre_relevance_set_types(rel, tt_array1(&t, (void *)types, TODRE_DTYPE_U8, K)));
     return rel;
 }
 
-static todre_decision observe(todre_context *ctx, todre_relevance *rel, int64_t layer, float *a,
-                              int64_t K)
+static void set_tau(todre_relevance *rel, double tau)
 {
-    todre_tensor *t = probs_tensor(a, K);
-    todre_decision d = (todre_decision)-1;
-    tt_assert_ok(todre_relevance_observe_probs(ctx, rel, layer, t, &d));
-    todre_tensor_destroy(t);
-    return d;
+    tt_assert_ok(todre_relevance_set_double(rel, TODRE_RELEVANCE_TAU, tau));
+}
+
+static void set_layers(todre_relevance *rel, int64_t *layers, int64_t count)
+{
+    tt_array t;
+    tt_assert_ok(todre_relevance_set_probe_layers(rel, tt_array1(&t, layers, TODRE_DTYPE_I64, count)));
+}
+
+static int32_t observe(todre_context *ctx, todre_relevance *rel, int64_t layer, float *a, int64_t K)
+{
+    tt_array t, d;
+    int32_t dec = -1;
+    tt_assert_ok(todre_relevance_observe_probs(ctx, rel, layer, probs_tensor(&t, a, K),
+                                               tt_array1(&d, &dec, TODRE_DTYPE_I32, 1)));
+    return dec;
+}
+
+/* keep_positions into a host int64 [cap] array (NULL data when cap is 0). */
+static todre_status keep_positions(const todre_relevance *rel, int64_t seq, int64_t *out,
+                                   int64_t cap, int64_t *count)
+{
+    tt_array t;
+    return todre_relevance_keep_positions(rel, seq, out ? tt_array1(&t, out, TODRE_DTYPE_I64, cap)
+                                                        : NULL, count);
 }
 
 /* Drop iff both ratios are strictly below tau, tested at tau = the ratio
@@ -81,10 +98,10 @@ static void test_threshold_strict_both_sides(void **state)
         int64_t K = Ks[l];
         float *a = crafted_probs(layouts[l], K, 0.25f, 0.25f);
         double taus[2] = {0.25, nextafter(0.25, 1.0)};
-        todre_decision want[2] = {TODRE_DECISION_KEEP, TODRE_DECISION_DROP};
+        int32_t want[2] = {TODRE_DECISION_KEEP, TODRE_DECISION_DROP};
         for (int s = 0; s < 2; s++) {
             todre_relevance *rel = handle(1, 1, layouts[l], K);
-            tt_assert_ok(todre_relevance_set_tau(rel, taus[s]));
+            set_tau(rel, taus[s]);
             assert_int_equal(observe(ctx, rel, 0, a, K), want[s]);
             double t2v, v2t;
             tt_assert_ok(todre_relevance_ratios(rel, 0, 0, &t2v, &v2t));
@@ -112,16 +129,16 @@ static void test_threshold_needs_both(void **state)
     double t2v, v2t, tau;
     tt_assert_ok(todre_relevance_ratios(rel, 0, 0, &t2v, &v2t));
     assert_true(t2v == 0.0625 && v2t == 0.5);
-    tt_assert_ok(todre_relevance_get_tau(rel, &tau));
+    tt_assert_ok(todre_relevance_get_double(rel, TODRE_RELEVANCE_TAU, &tau));
     assert_true(tau == 0.10);
-    tt_assert_ok(todre_relevance_set_tau(rel, 0.75));
-    tt_assert_ok(todre_relevance_reset(rel));
+    set_tau(rel, 0.75);
+    tt_assert_ok(todre_relevance_reset(rel, TODRE_RESET_STATE));
     assert_int_equal(observe(ctx, rel, 0, a, 8), TODRE_DECISION_DROP);
     free(a);
 
     a = crafted_probs(types, 8, 0.0f, 0.0f); /* both ratios exactly 0 */
-    tt_assert_ok(todre_relevance_set_tau(rel, 0.0));
-    tt_assert_ok(todre_relevance_reset(rel));
+    set_tau(rel, 0.0);
+    tt_assert_ok(todre_relevance_reset(rel, TODRE_RESET_STATE));
     assert_int_equal(observe(ctx, rel, 0, a, 8), TODRE_DECISION_KEEP);
     free(a);
     todre_relevance_destroy(rel);
@@ -155,9 +172,26 @@ static void test_schedule_list(void **state)
         tt_assert_ok(todre_relevance_is_probe(rel, 0, l, &is));
         assert_int_equal(is, l == 7); /* default: floor(7 * 8 / 8) */
     }
-    int64_t layers[2] = {5, 2};
-    tt_assert_ok(todre_relevance_set_probe_layers(rel, layers, 2));
-    todre_decision want[8] = {TODRE_DECISION_NOT_PROBED, TODRE_DECISION_NOT_PROBED,
+    int64_t got[4] = {-1, -1, -1, -1}, count = -1;
+    tt_array g;
+    tt_assert_ok(todre_relevance_get_probe_layers(rel, NULL, &count));
+    assert_int_equal(count, 1);
+    tt_assert_ok(todre_relevance_get_probe_layers(rel, tt_array1(&g, got, TODRE_DTYPE_I64, 4), &count));
+    assert_int_equal(count, 1);
+    assert_int_equal(got[0], 7);
+    int64_t layers[3] = {5, 2, 5}; /* any order, duplicates ignored */
+    set_layers(rel, layers, 3);
+    tt_assert_ok(todre_relevance_get_probe_layers(rel, tt_array1(&g, got, TODRE_DTYPE_I64, 4), &count));
+    assert_int_equal(count, 2); /* ascending and distinct */
+    assert_int_equal(got[0], 2);
+    assert_int_equal(got[1], 5);
+    assert_int_equal(got[2], -1); /* beyond count: untouched */
+    count = -1;
+    tt_assert_fails(NULL, todre_relevance_get_probe_layers(rel, tt_array1(&g, got, TODRE_DTYPE_I64, 1),
+                                                           &count),
+                    TODRE_ERR_INVALID_ARGUMENT, "out");
+    assert_int_equal(count, 2); /* written also when out is too small */
+    int32_t want[8] = {TODRE_DECISION_NOT_PROBED, TODRE_DECISION_NOT_PROBED,
                               TODRE_DECISION_KEEP, TODRE_DECISION_NOT_PROBED,
                               TODRE_DECISION_NOT_PROBED, TODRE_DECISION_DROP,
                               TODRE_DECISION_ALREADY_DROPPED, TODRE_DECISION_ALREADY_DROPPED};
@@ -177,7 +211,7 @@ static void test_schedule_list(void **state)
     tt_assert_fails(NULL, todre_relevance_ratios(rel, 0, 6, &t2v, &v2t), TODRE_ERR_STATE, "layer");
 
     /* Both listed layers would drop: the first one wins. */
-    tt_assert_ok(todre_relevance_reset(rel));
+    tt_assert_ok(todre_relevance_reset(rel, TODRE_RESET_STATE));
     tt_assert_ok(todre_relevance_drop_layer(rel, 0, &d));
     assert_int_equal(d, -1);
     assert_int_equal(observe(ctx, rel, 2, drop, SK), TODRE_DECISION_DROP);
@@ -203,14 +237,14 @@ static void test_schedule_until_drop(void **state)
     float *nan = nan_probs(SK);
     todre_relevance *rel = handle(8, 1, sched_types, SK);
     int64_t first = 3;
-    tt_assert_ok(todre_relevance_set_probe_layers(rel, &first, 1));
-    tt_assert_ok(todre_relevance_set_schedule(rel, TODRE_PROBE_UNTIL_DROP));
+    set_layers(rel, &first, 1);
+    tt_assert_ok(todre_relevance_set_int(rel, TODRE_RELEVANCE_SCHEDULE, TODRE_PROBE_UNTIL_DROP));
     int is;
     for (int64_t l = 0; l < 8; l++) {
         tt_assert_ok(todre_relevance_is_probe(rel, 0, l, &is));
         assert_int_equal(is, l >= 3);
     }
-    todre_decision want[8] = {TODRE_DECISION_NOT_PROBED, TODRE_DECISION_NOT_PROBED,
+    int32_t want[8] = {TODRE_DECISION_NOT_PROBED, TODRE_DECISION_NOT_PROBED,
                               TODRE_DECISION_NOT_PROBED, TODRE_DECISION_KEEP,
                               TODRE_DECISION_KEEP, TODRE_DECISION_DROP,
                               TODRE_DECISION_ALREADY_DROPPED, TODRE_DECISION_ALREADY_DROPPED};
@@ -245,22 +279,24 @@ static void test_batch_per_sequence(void **state)
     todre_relevance *rel = NULL;
     tt_assert_ok(todre_relevance_create(4, 2, &rel));
     tt_assert_ok(todre_relevance_set_layout(rel, 1, 2, 4)); /* = sched_types */
-    tt_assert_ok(todre_relevance_set_schedule(rel, TODRE_PROBE_UNTIL_DROP));
+    tt_assert_ok(todre_relevance_set_int(rel, TODRE_RELEVANCE_SCHEDULE, TODRE_PROBE_UNTIL_DROP));
     int64_t first = 1;
-    tt_assert_ok(todre_relevance_set_probe_layers(rel, &first, 1));
+    set_layers(rel, &first, 1);
     int64_t shape[4] = {2, H, SK, SK};
-    todre_tensor *t = tt_tensor(both, TODRE_DTYPE_F32, 4, shape, NULL);
-    todre_decision dec[2];
+    tt_array ta, da;
+    const DLTensor *t = tt_array_init(&ta, both, TODRE_DTYPE_F32, 4, shape, NULL);
+    int32_t dec[2];
+    const DLTensor *decisions = tt_array1(&da, dec, TODRE_DTYPE_I32, 2);
 
     memcpy(both, drop, one * sizeof *both);
     memcpy(both + one, keep, one * sizeof *both);
-    tt_assert_ok(todre_relevance_observe_probs(ctx, rel, 1, t, dec));
+    tt_assert_ok(todre_relevance_observe_probs(ctx, rel, 1, t, decisions));
     assert_int_equal(dec[0], TODRE_DECISION_DROP);
     assert_int_equal(dec[1], TODRE_DECISION_KEEP);
 
     memcpy(both, nan, one * sizeof *both); /* sequence 0 is no longer read */
     memcpy(both + one, drop, one * sizeof *both);
-    tt_assert_ok(todre_relevance_observe_probs(ctx, rel, 2, t, dec));
+    tt_assert_ok(todre_relevance_observe_probs(ctx, rel, 2, t, decisions));
     assert_int_equal(dec[0], TODRE_DECISION_ALREADY_DROPPED);
     assert_int_equal(dec[1], TODRE_DECISION_DROP);
     int64_t d0, d1;
@@ -268,7 +304,6 @@ static void test_batch_per_sequence(void **state)
     tt_assert_ok(todre_relevance_drop_layer(rel, 1, &d1));
     assert_int_equal(d0, 1);
     assert_int_equal(d1, 2);
-    todre_tensor_destroy(t);
     todre_relevance_destroy(rel);
     free(both);
     free(drop);
@@ -284,7 +319,8 @@ static void test_layer_out_of_range(void **state)
     todre_context *ctx = tt_cpu_context();
     float *a = crafted_probs(sched_types, SK, 0.5f, 0.0f);
     todre_relevance *rel = handle(4, 1, sched_types, SK);
-    todre_tensor *t = probs_tensor(a, SK);
+    tt_array ta, la;
+    const DLTensor *t = probs_tensor(&ta, a, SK);
     int64_t bad[2] = {-1, 4};
     for (int i = 0; i < 2; i++) {
         tt_assert_fails(ctx, todre_relevance_observe_probs(ctx, rel, bad[i], t, NULL),
@@ -295,10 +331,10 @@ static void test_layer_out_of_range(void **state)
         double x, y;
         tt_assert_fails(NULL, todre_relevance_ratios(rel, 0, bad[i], &x, &y),
                         TODRE_ERR_INVALID_ARGUMENT, "layer");
-        tt_assert_fails(NULL, todre_relevance_set_probe_layers(rel, &bad[i], 1),
+        tt_assert_fails(NULL, todre_relevance_set_probe_layers(
+                                  rel, tt_array1(&la, &bad[i], TODRE_DTYPE_I64, 1)),
                         TODRE_ERR_INVALID_ARGUMENT, "layers");
     }
-    todre_tensor_destroy(t);
     todre_relevance_destroy(rel);
     free(a);
     todre_context_destroy(ctx);
@@ -316,19 +352,26 @@ static void test_keep_positions(void **state)
     todre_relevance *rel = NULL;
     tt_assert_ok(todre_relevance_create(2, 2, &rel));
     int64_t shape[2] = {2, 16};
-    todre_tensor *t = tt_tensor((void *)types, TODRE_DTYPE_U8, 2, shape, NULL);
-    tt_assert_ok(todre_relevance_set_types(rel, t));
+    tt_array t;
+    tt_assert_ok(todre_relevance_set_types(
+        rel, tt_array_init(&t, (void *)types, TODRE_DTYPE_U8, 2, shape, NULL)));
     int64_t out[16], count = -1;
-    tt_assert_ok(todre_relevance_keep_positions(rel, 0, NULL, 0, &count));
+    tt_assert_ok(keep_positions(rel, 0, NULL, 0, &count));
     assert_int_equal(count, 8);
-    tt_assert_ok(todre_relevance_keep_positions(rel, 0, out, 16, &count));
+    tt_assert_ok(keep_positions(rel, 0, out, 16, &count));
     assert_int_equal(count, 8);
     assert_memory_equal(out, want0, sizeof want0);
-    tt_assert_fails(NULL, todre_relevance_keep_positions(rel, 0, out, 7, &count),
-                    TODRE_ERR_INVALID_ARGUMENT, "capacity");
-    tt_assert_ok(todre_relevance_keep_positions(rel, 1, out, 16, &count));
+    count = -1;
+    tt_assert_fails(NULL, keep_positions(rel, 0, out, 7, &count), TODRE_ERR_INVALID_ARGUMENT, "out");
+    assert_int_equal(count, 8); /* written also when out is too small */
+    tt_assert_ok(keep_positions(rel, 1, out, 16, &count));
     assert_int_equal(count, 0);
-    todre_tensor_destroy(t);
+    /* an empty output array may have NULL data */
+    int64_t zero = 0;
+    tt_array e;
+    tt_assert_ok(todre_relevance_keep_positions(
+        rel, 1, tt_array_init(&e, NULL, TODRE_DTYPE_I64, 1, &zero, NULL), &count));
+    assert_int_equal(count, 0);
     todre_relevance_destroy(rel);
 }
 
@@ -351,7 +394,7 @@ static void test_set_layout(void **state)
     assert_true(x1 == 0.375 && x2 == x1 && y1 == 0.0 && y2 == 0.0);
     int64_t out[11], count;
     static const int64_t want[] = {0, 1, 2, 8, 9, 10};
-    tt_assert_ok(todre_relevance_keep_positions(r2, 0, out, 11, &count));
+    tt_assert_ok(keep_positions(r2, 0, out, 11, &count));
     assert_int_equal(count, 6);
     assert_memory_equal(out, want, sizeof want);
     /* Setting types resets observations. */
@@ -409,20 +452,17 @@ static void test_uniform_closed_form(void **state)
             double want_t, want_v, x, y;
             closed_form(layouts[l], K, Q, &want_t, &want_v);
             todre_relevance *rel = handle(1, 1, layouts[l], K);
-            int64_t sa[3] = {H, Q, K}, sq[3] = {H, Q, DH}, sk[3] = {HKV, K, DH};
-            todre_tensor *ta = tt_tensor(a, TODRE_DTYPE_F32, 3, sa, NULL);
-            todre_tensor *tq = tt_tensor(q, TODRE_DTYPE_F32, 3, sq, NULL);
-            todre_tensor *tk = tt_tensor(k, TODRE_DTYPE_F32, 3, sk, NULL);
+            tt_array ata, atq, atk;
+            const DLTensor *ta = tt_array3(&ata, a, TODRE_DTYPE_F32, H, Q, K);
+            const DLTensor *tq = tt_array3(&atq, q, TODRE_DTYPE_F32, H, Q, DH);
+            const DLTensor *tk = tt_array3(&atk, k, TODRE_DTYPE_F32, HKV, K, DH);
             tt_assert_ok(todre_relevance_observe_probs(ctx, rel, 0, ta, NULL));
             tt_assert_ok(todre_relevance_ratios(rel, 0, 0, &x, &y));
             assert_true(fabs(x - want_t) <= 1e-6 * want_t && fabs(y - want_v) <= 1e-6 * want_v);
-            tt_assert_ok(todre_relevance_reset(rel));
+            tt_assert_ok(todre_relevance_reset(rel, TODRE_RESET_STATE));
             tt_assert_ok(todre_relevance_observe_qk(ctx, rel, 0, tq, tk, 0.0, NULL));
             tt_assert_ok(todre_relevance_ratios(rel, 0, 0, &x, &y));
             assert_true(fabs(x - want_t) <= 1e-12 * want_t && fabs(y - want_v) <= 1e-12 * want_v);
-            todre_tensor_destroy(ta);
-            todre_tensor_destroy(tq);
-            todre_tensor_destroy(tk);
             todre_relevance_destroy(rel);
         }
     free(k);

@@ -37,8 +37,8 @@ static int rf_field(const char *line, const char *key, char *out, size_t cap)
 {
     char pat[32];
     snprintf(pat, sizeof pat, " %s=", key);
-    char buf[1024];
-    snprintf(buf, sizeof buf, " %s", line);
+    char buf[1100];
+    if (snprintf(buf, sizeof buf, " %s", line) >= (int)sizeof buf) return 0;
     const char *p = strstr(buf, pat);
     if (!p) return 0;
     p += strlen(pat);
@@ -104,7 +104,8 @@ static todre_dtype rf_dtype(const struct rf_case *c)
 static void rf_load_one(const struct rf_case *c, const char *key, struct todre_npy *a)
 {
     char path[4400], err[512];
-    snprintf(path, sizeof path, "%s/%s_%s.npy", rf_dir, c->name, key);
+    if (snprintf(path, sizeof path, "%s/%s_%s.npy", rf_dir, c->name, key) >= (int)sizeof path)
+        fail_msg("%s: path too long", c->name);
     if (todre_npy_load(path, a, err, sizeof err) != 0) fail_msg("%s", err);
 }
 
@@ -137,25 +138,26 @@ static const double *rf_ref(const struct rf_arrays *a) { return a->ref.data; }
  * layer is 0) with per-sequence types [B, K]; writes (t2v, v2t) per sequence.
  * x is attn (k == NULL) or q. */
 static void rf_observe(todre_context *ctx, int64_t B, int64_t K, const uint8_t *types,
-                       const todre_tensor *x, const todre_tensor *k, double scale, double *ratios)
+                       const DLTensor *x, const DLTensor *k, double scale, double *ratios)
 {
     todre_relevance *rel = NULL;
     tt_assert_ok(todre_relevance_create(1, B, &rel));
     int64_t shape[2] = {B, K};
-    todre_tensor *tt = tt_tensor((void *)types, TODRE_DTYPE_U8, 2, shape, NULL);
-    tt_assert_ok(todre_relevance_set_types(rel, tt));
-    todre_decision *dec = calloc((size_t)B, sizeof *dec);
+    tt_array ta, da;
+    tt_assert_ok(todre_relevance_set_types(
+        rel, tt_array_init(&ta, (void *)types, TODRE_DTYPE_U8, 2, shape, NULL)));
+    int32_t *dec = calloc((size_t)B, sizeof *dec);
     assert_non_null(dec);
+    const DLTensor *decisions = tt_array1(&da, dec, TODRE_DTYPE_I32, B);
     if (k)
-        tt_assert_ok(todre_relevance_observe_qk(ctx, rel, 0, x, k, scale, dec));
+        tt_assert_ok(todre_relevance_observe_qk(ctx, rel, 0, x, k, scale, decisions));
     else
-        tt_assert_ok(todre_relevance_observe_probs(ctx, rel, 0, x, dec));
+        tt_assert_ok(todre_relevance_observe_probs(ctx, rel, 0, x, decisions));
     for (int64_t b = 0; b < B; b++) {
         assert_true(dec[b] == TODRE_DECISION_KEEP || dec[b] == TODRE_DECISION_DROP);
         tt_assert_ok(todre_relevance_ratios(rel, b, 0, &ratios[2 * b], &ratios[2 * b + 1]));
     }
     free(dec);
-    todre_tensor_destroy(tt);
     todre_relevance_destroy(rel);
 }
 

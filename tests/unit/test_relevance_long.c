@@ -22,11 +22,9 @@ static void run_case(todre_context *ctx, const struct rf_case *c, const struct r
     int64_t stq[4] = {c->H * c->Q * c->dh, c->Q * c->dh, c->dh, 1};
     /* the last Q queries of the full prefill */
     char *q0 = (char *)a->q.data + (size_t)((c->Q - Q) * c->dh) * es;
-    todre_tensor *q = tt_tensor(q0, dt, 4, sq, stq);
-    todre_tensor *k = tt_tensor(a->k.data, dt, 4, sk, NULL);
-    rf_observe(ctx, c->B, c->K, a->types.data, q, k, c->scale, ratios);
-    todre_tensor_destroy(q);
-    todre_tensor_destroy(k);
+    tt_array q, k;
+    rf_observe(ctx, c->B, c->K, a->types.data, tt_array_init(&q, q0, dt, 4, sq, stq),
+               tt_array_init(&k, a->k.data, dt, 4, sk, NULL), c->scale, ratios);
 }
 
 static void test_long_sequences(void **state)

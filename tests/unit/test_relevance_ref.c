@@ -10,29 +10,28 @@
 
 static int is_long(const struct rf_case *c) { return c->K > 4096; }
 
-static todre_tensor *tensor4(void *data, todre_dtype dt, int64_t a, int64_t b, int64_t c,
-                             int64_t d, const int64_t *strides)
+static const DLTensor *tensor4(tt_array *t, void *data, todre_dtype dt, int64_t a, int64_t b,
+                               int64_t c, int64_t d, const int64_t *strides)
 {
     int64_t shape[4] = {a, b, c, d};
-    return tt_tensor(data, dt, 4, shape, strides);
+    return tt_array_init(t, data, dt, 4, shape, strides);
 }
 
 static void run_probs(todre_context *ctx, const struct rf_case *c, const struct rf_arrays *a,
                       double *out)
 {
-    todre_tensor *t = tensor4(a->attn.data, rf_dtype(c), c->B, c->H, c->Q, c->K, NULL);
-    rf_observe(ctx, c->B, c->K, a->types.data, t, NULL, 0.0, out);
-    todre_tensor_destroy(t);
+    tt_array t;
+    rf_observe(ctx, c->B, c->K, a->types.data,
+               tensor4(&t, a->attn.data, rf_dtype(c), c->B, c->H, c->Q, c->K, NULL), NULL, 0.0, out);
 }
 
 static void run_qk(todre_context *ctx, const struct rf_case *c, const struct rf_arrays *a,
                    double *out)
 {
-    todre_tensor *q = tensor4(a->q.data, rf_dtype(c), c->B, c->H, c->Q, c->dh, NULL);
-    todre_tensor *k = tensor4(a->k.data, rf_dtype(c), c->B, c->Hkv, c->K, c->dh, NULL);
-    rf_observe(ctx, c->B, c->K, a->types.data, q, k, c->scale, out);
-    todre_tensor_destroy(q);
-    todre_tensor_destroy(k);
+    tt_array q, k;
+    rf_observe(ctx, c->B, c->K, a->types.data,
+               tensor4(&q, a->q.data, rf_dtype(c), c->B, c->H, c->Q, c->dh, NULL),
+               tensor4(&k, a->k.data, rf_dtype(c), c->B, c->Hkv, c->K, c->dh, NULL), c->scale, out);
 }
 
 /* Probability path: every fixture case equals the reference to 1e-5. */
@@ -85,7 +84,7 @@ static void test_qk_match_reference(void **state)
 }
 
 /* On f32 data (probabilities rounded only to f32) the two paths agree to
- * 1e-5 relative, as DESIGN.md promises. */
+ * 1e-5 relative, as docs/semantics.md promises ("Ratios"). */
 static void test_paths_agree(void **state)
 {
     (void)state;
@@ -157,11 +156,11 @@ static void test_strides(void **state)
         const int64_t *sa[2] = {s1, s2};
         for (int v = 0; v < 2; v++) {
             void *buf = restride(a.attn.data, es, na, sa[v], (size_t)(B * H * Q * (K + 3)));
-            todre_tensor *t = tensor4(buf, dt, B, H, Q, K, sa[v]);
-            rf_observe(ctx, B, K, a.types.data, t, NULL, 0.0, got);
+            tt_array t;
+            rf_observe(ctx, B, K, a.types.data, tensor4(&t, buf, dt, B, H, Q, K, sa[v]), NULL, 0.0,
+                       got);
             for (int64_t j = 0; j < 2 * B; j++)
                 rf_assert_close(got[j], base_p[j], 1e-12, 0, "strided attn", c->name, j / 2);
-            todre_tensor_destroy(t);
             free(buf);
         }
         /* q in [B, Q, H, dh] memory with k padded rows; then q with head dim
@@ -173,13 +172,11 @@ static void test_strides(void **state)
         for (int v = 0; v < 2; v++) {
             void *qb = restride(a.q.data, es, nq, sq[v], (size_t)(B * H * Q * dh * 2));
             void *kb = restride(a.k.data, es, nk, sk[v], (size_t)(B * G * K * (dh + 5)));
-            todre_tensor *qt = tensor4(qb, dt, B, H, Q, dh, sq[v]);
-            todre_tensor *kt = tensor4(kb, dt, B, G, K, dh, sk[v]);
-            rf_observe(ctx, B, K, a.types.data, qt, kt, c->scale, got);
+            tt_array qt, kt;
+            rf_observe(ctx, B, K, a.types.data, tensor4(&qt, qb, dt, B, H, Q, dh, sq[v]),
+                       tensor4(&kt, kb, dt, B, G, K, dh, sk[v]), c->scale, got);
             for (int64_t j = 0; j < 2 * B; j++)
                 rf_assert_close(got[j], base_q[j], 1e-12, 0, "strided q/k", c->name, j / 2);
-            todre_tensor_destroy(qt);
-            todre_tensor_destroy(kt);
             free(qb);
             free(kb);
         }
@@ -211,16 +208,13 @@ static void test_batch_equals_single(void **state)
             char *attn = (char *)a.attn.data + (size_t)(b * c->H * c->Q * c->K) * es;
             char *q = (char *)a.q.data + (size_t)(b * c->H * c->Q * c->dh) * es;
             char *k = (char *)a.k.data + (size_t)(b * c->Hkv * c->K * c->dh) * es;
-            todre_tensor *ta = tt_tensor(attn, dt, 3, s_attn, NULL);
-            todre_tensor *tq = tt_tensor(q, dt, 3, s_q, NULL);
-            todre_tensor *tk = tt_tensor(k, dt, 3, s_k, NULL);
-            rf_observe(ctx, 1, c->K, types, ta, NULL, 0.0, one);
+            tt_array ta, tq, tk;
+            rf_observe(ctx, 1, c->K, types, tt_array_init(&ta, attn, dt, 3, s_attn, NULL), NULL, 0.0,
+                       one);
             assert_true(one[0] == all_p[2 * b] && one[1] == all_p[2 * b + 1]);
-            rf_observe(ctx, 1, c->K, types, tq, tk, c->scale, one);
+            rf_observe(ctx, 1, c->K, types, tt_array_init(&tq, q, dt, 3, s_q, NULL),
+                       tt_array_init(&tk, k, dt, 3, s_k, NULL), c->scale, one);
             assert_true(one[0] == all_q[2 * b] && one[1] == all_q[2 * b + 1]);
-            todre_tensor_destroy(ta);
-            todre_tensor_destroy(tq);
-            todre_tensor_destroy(tk);
         }
         rf_free(&a);
     }
@@ -240,7 +234,7 @@ static void test_deterministic(void **state)
     run_probs(ctx, c, &a, p0);
     run_qk(ctx, c, &a, q0);
     for (int threads = 0; threads <= 2; threads++) {
-        tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_NUM_THREADS, threads));
+        tt_ctx_set(ctx, TODRE_CONTEXT_NUM_THREADS, threads);
         run_probs(ctx, c, &a, p);
         run_qk(ctx, c, &a, q);
         assert_memory_equal(p, p0, sizeof p);

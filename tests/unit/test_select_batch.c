@@ -73,10 +73,10 @@ static const struct method methods[] = {
 static todre_select_config *method_config(const struct method *m, todre_order order)
 {
     todre_select_config *cfg = tt_config(m->obj, m->piv, 0, order);
-    tt_assert_ok(todre_select_config_set_ratio(cfg, 0.25));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_LO, m->lo));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_HI, m->hi));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_SEED, m->seed));
+    tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 0.25));
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT_LO, m->lo);
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT_HI, m->hi);
+    tt_cfg_set(cfg, TODRE_SELECT_SEED, m->seed);
     return cfg;
 }
 
@@ -100,16 +100,15 @@ static int64_t *run_batch(struct batch *b, todre_select_config *cfg, const void 
     int64_t *out = malloc(sizeof(int64_t) * (size_t)(2 * K));
     assert_non_null(out);
     int64_t shape[2] = {2, K};
-    todre_tensor *emb = tt_tensor2((void *)rows, dt, b->total, D, LD);
-    todre_tensor *cls = use_cls ? tt_tensor1(b->cls, TODRE_DTYPE_F32, b->total) : NULL;
-    todre_tensor *off = tt_tensor1(b->offsets, TODRE_DTYPE_I64, B + 1);
-    todre_tensor *kt = keep ? tt_tensor1((void *)keep, TODRE_DTYPE_I64, B) : NULL;
-    todre_tensor *o = tt_tensor(out, TODRE_DTYPE_I64, 2, shape, NULL);
-    todre_tensor *oo = tt_tensor1(out_off, TODRE_DTYPE_I64, B + 1);
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_BOTH));
+    tt_array a[6];
+    const DLTensor *emb = tt_array2(&a[0], (void *)rows, dt, b->total, D, LD);
+    const DLTensor *cls = use_cls ? tt_array1(&a[1], b->cls, TODRE_DTYPE_F32, b->total) : NULL;
+    const DLTensor *off = tt_array1(&a[2], b->offsets, TODRE_DTYPE_I64, B + 1);
+    const DLTensor *kt = keep ? tt_array1(&a[3], (void *)keep, TODRE_DTYPE_I64, B) : NULL;
+    const DLTensor *o = tt_array_init(&a[4], out, TODRE_DTYPE_I64, 2, shape, NULL);
+    const DLTensor *oo = tt_array1(&a[5], out_off, TODRE_DTYPE_I64, B + 1);
+    tt_cfg_set(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_BOTH);
     tt_assert_ok(todre_select_batch(b->ctx, cfg, emb, cls, off, kt, o, oo));
-    todre_tensor *all[] = {emb, cls, off, kt, o, oo};
-    for (int i = 0; i < 6; i++) todre_tensor_destroy(all[i]);
     return out;
 }
 
@@ -119,16 +118,17 @@ static void compare_with_single(struct batch *b, todre_select_config *cfg, const
                                 todre_dtype dt, int use_cls, const int64_t *k,
                                 const int64_t *out, int64_t K, const int64_t *out_off)
 {
-    int64_t keep_before;
-    tt_assert_ok(todre_select_config_get(cfg, TODRE_SELECT_KEEP, &keep_before));
+    int64_t keep_before = tt_cfg_get(cfg, TODRE_SELECT_KEEP);
     for (int i = 0; i < B; i++) {
         size_t es = tt_dtype_size(dt);
         const char *first = (const char *)rows + es * (size_t)(b->offsets[i] * LD);
-        todre_tensor *emb = tt_tensor2((void *)first, dt, set_n[i], D, LD);
-        todre_tensor *cls = use_cls ? tt_tensor1(b->cls + b->offsets[i], TODRE_DTYPE_F32, set_n[i]) : NULL;
+        tt_array emb_a, cls_a;
+        const DLTensor *emb = tt_array2(&emb_a, (void *)first, dt, set_n[i], D, LD);
+        const DLTensor *cls =
+            use_cls ? tt_array1(&cls_a, b->cls + b->offsets[i], TODRE_DTYPE_F32, set_n[i]) : NULL;
         int64_t *sel = malloc(sizeof(int64_t) * (size_t)(2 * k[i]));
         assert_non_null(sel);
-        tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_KEEP, k[i]));
+        tt_cfg_set(cfg, TODRE_SELECT_KEEP, k[i]);
         tt_assert_ok(tt_select_both(b->ctx, cfg, emb, cls, k[i], sel, sel + k[i]));
         for (int64_t j = 0; j < k[i]; j++) {
             if (out[out_off[i] + j] != sel[j] || out[K + out_off[i] + j] != sel[k[i] + j])
@@ -138,11 +138,9 @@ static void compare_with_single(struct batch *b, todre_select_config *cfg, const
                          (long long)sel[k[i] + j]);
         }
         free(sel);
-        todre_tensor_destroy(emb);
-        todre_tensor_destroy(cls);
     }
     /* restore the budget: KEEP = 0 means the ratio */
-    if (keep_before == 0) tt_assert_ok(todre_select_config_set_ratio(cfg, 0.25));
+    if (keep_before == 0) tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 0.25));
 }
 
 static void check_method(struct batch *b, const struct method *m, const void *rows, todre_dtype dt,
@@ -198,19 +196,18 @@ static void test_batch_orders(void **state)
     int64_t *both = run_batch(b, cfg, b->rows, TODRE_DTYPE_F32, 1, set_keep, K, out_off);
     int64_t *one = malloc(sizeof(int64_t) * (size_t)K);
     assert_non_null(one);
-    todre_tensor *emb = tt_tensor2(b->rows, TODRE_DTYPE_F32, b->total, D, LD);
-    todre_tensor *cls = tt_tensor1(b->cls, TODRE_DTYPE_F32, b->total);
-    todre_tensor *offt = tt_tensor1(b->offsets, TODRE_DTYPE_I64, B + 1);
-    todre_tensor *kt = tt_tensor1((void *)set_keep, TODRE_DTYPE_I64, B);
-    todre_tensor *o = tt_tensor1(one, TODRE_DTYPE_I64, K);
+    tt_array a[5];
+    const DLTensor *emb = tt_array2(&a[0], b->rows, TODRE_DTYPE_F32, b->total, D, LD);
+    const DLTensor *cls = tt_array1(&a[1], b->cls, TODRE_DTYPE_F32, b->total);
+    const DLTensor *offt = tt_array1(&a[2], b->offsets, TODRE_DTYPE_I64, B + 1);
+    const DLTensor *kt = tt_array1(&a[3], (void *)set_keep, TODRE_DTYPE_I64, B);
+    const DLTensor *o = tt_array1(&a[4], one, TODRE_DTYPE_I64, K);
     for (int order = 0; order < 2; order++) {
-        tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_ORDER, order));
+        tt_cfg_set(cfg, TODRE_SELECT_ORDER, order);
         tt_assert_ok(todre_select_batch(b->ctx, cfg, emb, cls, offt, kt, o, NULL));
         const int64_t *row = order == TODRE_ORDER_SELECTION ? both : both + K;
         assert_memory_equal(one, row, sizeof(int64_t) * (size_t)K);
     }
-    todre_tensor *all[] = {emb, cls, offt, kt, o};
-    for (int i = 0; i < 5; i++) todre_tensor_destroy(all[i]);
     free(one);
     free(both);
     todre_select_config_destroy(cfg);
@@ -222,7 +219,8 @@ static void test_batch_orders(void **state)
  * test breaks in one argument. */
 struct call {
     todre_select_config *cfg;
-    todre_tensor *emb, *cls, *off, *keep, *out, *out_off;
+    const DLTensor *emb, *cls, *off, *keep, *out, *out_off;
+    tt_array arrays[6]; /* what the pointers above point to in the valid call */
     int64_t K, want_off[B + 1];
     int64_t out_buf[2000], oo_buf[B + 1];
 };
@@ -235,19 +233,17 @@ static struct call *valid_call(struct batch *b)
     int64_t k[B];
     expected_k(c->cfg, set_keep, k, c->want_off);
     c->K = c->want_off[B];
-    c->emb = tt_tensor2(b->rows, TODRE_DTYPE_F32, b->total, D, LD);
-    c->cls = tt_tensor1(b->cls, TODRE_DTYPE_F32, b->total);
-    c->off = tt_tensor1(b->offsets, TODRE_DTYPE_I64, B + 1);
-    c->keep = tt_tensor1((void *)set_keep, TODRE_DTYPE_I64, B);
-    c->out = tt_tensor1(c->out_buf, TODRE_DTYPE_I64, c->K);
-    c->out_off = tt_tensor1(c->oo_buf, TODRE_DTYPE_I64, B + 1);
+    c->emb = tt_array2(&c->arrays[0], b->rows, TODRE_DTYPE_F32, b->total, D, LD);
+    c->cls = tt_array1(&c->arrays[1], b->cls, TODRE_DTYPE_F32, b->total);
+    c->off = tt_array1(&c->arrays[2], b->offsets, TODRE_DTYPE_I64, B + 1);
+    c->keep = tt_array1(&c->arrays[3], (void *)set_keep, TODRE_DTYPE_I64, B);
+    c->out = tt_array1(&c->arrays[4], c->out_buf, TODRE_DTYPE_I64, c->K);
+    c->out_off = tt_array1(&c->arrays[5], c->oo_buf, TODRE_DTYPE_I64, B + 1);
     return c;
 }
 
 static void free_call(struct call *c)
 {
-    todre_tensor *all[] = {c->emb, c->cls, c->off, c->keep, c->out, c->out_off};
-    for (int i = 0; i < 6; i++) todre_tensor_destroy(all[i]);
     todre_select_config_destroy(c->cfg);
     free(c);
 }
@@ -257,16 +253,15 @@ static todre_status call_batch(struct batch *b, const struct call *c)
     return todre_select_batch(b->ctx, c->cfg, c->emb, c->cls, c->off, c->keep, c->out, c->out_off);
 }
 
-/* Replace one tensor of the valid call by `bad`, expect INVALID_ARGUMENT
- * naming `name`, restore, and destroy `bad`. */
-static void expect_rejected(struct batch *b, struct call *c, todre_tensor **slot, todre_tensor *bad,
-                            const char *name)
+/* Replace one array of the valid call by `bad`, expect INVALID_ARGUMENT
+ * naming `name`, and restore. */
+static void expect_rejected(struct batch *b, struct call *c, const DLTensor **slot,
+                            const DLTensor *bad, const char *name)
 {
-    todre_tensor *saved = *slot;
+    const DLTensor *saved = *slot;
     *slot = bad;
     tt_assert_fails(b->ctx, call_batch(b, c), TODRE_ERR_INVALID_ARGUMENT, name);
     *slot = saved;
-    todre_tensor_destroy(bad);
 }
 
 /* The valid call works and writes the output offsets; NULL handles are named. */
@@ -298,14 +293,26 @@ static void test_batch_bad_offsets(void **state)
     bad[1][3] = bad[1][2] - 1;
     bad[2][1] = bad[2][0];
     bad[3][B] -= 1;
-    for (int i = 0; i < 4; i++) expect_rejected(b, c, &c->off, tt_tensor1(bad[i], TODRE_DTYPE_I64, B + 1), "offsets");
-    int64_t two_by[2] = {1, B + 1}, single = 0, n1 = B + 1;
-    expect_rejected(b, c, &c->off, tt_tensor1(b->offsets, TODRE_DTYPE_I32, B + 1), "offsets");
-    expect_rejected(b, c, &c->off, tt_tensor(b->offsets, TODRE_DTYPE_I64, 2, two_by, NULL), "offsets");
-    expect_rejected(b, c, &c->off, tt_tensor1(&single, TODRE_DTYPE_I64, 1), "offsets");
-    todre_tensor *dev = NULL;
-    tt_assert_ok(todre_tensor_create(b->offsets, TODRE_DTYPE_I64, TODRE_DEVICE_CUDA, 0, 1, &n1, NULL, &dev));
-    expect_rejected(b, c, &c->off, dev, "offsets");
+    tt_array t;
+    for (int i = 0; i < 4; i++)
+        expect_rejected(b, c, &c->off, tt_array1(&t, bad[i], TODRE_DTYPE_I64, B + 1), "offsets");
+    int64_t two_by[2] = {1, B + 1}, single = 0, strided[1] = {2};
+    expect_rejected(b, c, &c->off, tt_array1(&t, b->offsets, TODRE_DTYPE_I32, B + 1), "offsets");
+    expect_rejected(b, c, &c->off, tt_array_init(&t, b->offsets, TODRE_DTYPE_I64, 2, two_by, NULL),
+                    "offsets");
+    expect_rejected(b, c, &c->off, tt_array1(&t, &single, TODRE_DTYPE_I64, 1), "offsets");
+    tt_array1(&t, b->offsets, TODRE_DTYPE_I64, B + 1);
+    expect_rejected(b, c, &c->off, tt_array_on(&t, kDLCUDA, 0), "offsets"); /* must be host */
+    /* host arrays may be strided: every other entry of a wider array */
+    static int64_t wide[2 * (B + 1)];
+    for (int i = 0; i <= B; i++) {
+        wide[2 * i] = b->offsets[i];
+        wide[2 * i + 1] = -1;
+    }
+    int64_t n1 = B + 1;
+    c->off = tt_array_init(&t, wide, TODRE_DTYPE_I64, 1, &n1, strided);
+    tt_assert_ok(call_batch(b, c));
+    assert_memory_equal(c->oo_buf, c->want_off, sizeof c->want_off);
     free_call(c);
 }
 
@@ -320,12 +327,14 @@ static void test_batch_bad_keep(void **state)
     zero_keep[2] = 0;
     memcpy(big_keep, set_keep, sizeof big_keep);
     big_keep[0] = 2; /* set 0 has one row */
-    expect_rejected(b, c, &c->keep, tt_tensor1((void *)set_keep, TODRE_DTYPE_I64, B - 1), "keep");
-    expect_rejected(b, c, &c->keep, tt_tensor1((void *)set_keep, TODRE_DTYPE_I32, B), "keep");
-    expect_rejected(b, c, &c->keep, tt_tensor1(zero_keep, TODRE_DTYPE_I64, B), "keep");
-    expect_rejected(b, c, &c->keep, tt_tensor1(big_keep, TODRE_DTYPE_I64, B), "keep");
-    tt_assert_ok(todre_select_config_set(c->cfg, TODRE_SELECT_KEEP, 2));
-    todre_tensor_destroy(c->keep);
+    tt_array t;
+    expect_rejected(b, c, &c->keep, tt_array1(&t, (void *)set_keep, TODRE_DTYPE_I64, B - 1), "keep");
+    expect_rejected(b, c, &c->keep, tt_array1(&t, (void *)set_keep, TODRE_DTYPE_I32, B), "keep");
+    expect_rejected(b, c, &c->keep, tt_array1(&t, zero_keep, TODRE_DTYPE_I64, B), "keep");
+    expect_rejected(b, c, &c->keep, tt_array1(&t, big_keep, TODRE_DTYPE_I64, B), "keep");
+    tt_array1(&t, (void *)set_keep, TODRE_DTYPE_I64, B);
+    expect_rejected(b, c, &c->keep, tt_array_on(&t, kDLCUDA, 0), "keep"); /* must be host */
+    tt_cfg_set(c->cfg, TODRE_SELECT_KEEP, 2);
     c->keep = NULL;
     tt_assert_fails(b->ctx, call_batch(b, c), TODRE_ERR_INVALID_ARGUMENT, "keep");
     free_call(c);
@@ -336,11 +345,15 @@ static void test_batch_bad_outputs(void **state)
 {
     struct batch *b = *state;
     struct call *c = valid_call(b);
-    expect_rejected(b, c, &c->out, tt_tensor1(c->out_buf, TODRE_DTYPE_I64, c->K - 1), "out");
-    expect_rejected(b, c, &c->out, tt_tensor1(c->out_buf, TODRE_DTYPE_I64, c->K + 1), "out");
-    expect_rejected(b, c, &c->out, tt_tensor1(c->out_buf, TODRE_DTYPE_F32, c->K), "out");
-    expect_rejected(b, c, &c->out_off, tt_tensor1(c->oo_buf, TODRE_DTYPE_I64, B), "out_offsets");
-    expect_rejected(b, c, &c->out_off, tt_tensor1(c->oo_buf, TODRE_DTYPE_I32, B + 1), "out_offsets");
+    tt_array t;
+    expect_rejected(b, c, &c->out, tt_array1(&t, c->out_buf, TODRE_DTYPE_I64, c->K - 1), "out");
+    expect_rejected(b, c, &c->out, tt_array1(&t, c->out_buf, TODRE_DTYPE_I64, c->K + 1), "out");
+    expect_rejected(b, c, &c->out, tt_array1(&t, c->out_buf, TODRE_DTYPE_F32, c->K), "out");
+    expect_rejected(b, c, &c->out_off, tt_array1(&t, c->oo_buf, TODRE_DTYPE_I64, B), "out_offsets");
+    expect_rejected(b, c, &c->out_off, tt_array1(&t, c->oo_buf, TODRE_DTYPE_I32, B + 1),
+                    "out_offsets");
+    tt_array1(&t, c->oo_buf, TODRE_DTYPE_I64, B + 1);
+    expect_rejected(b, c, &c->out_off, tt_array_on(&t, kDLCUDA, 0), "out_offsets"); /* host */
     free_call(c);
 }
 
@@ -351,14 +364,15 @@ static void test_batch_bad_inputs(void **state)
     struct batch *b = *state;
     struct call *c = valid_call(b);
     int64_t video[2] = {1, b->total};
-    expect_rejected(b, c, &c->cls, tt_tensor(b->cls, TODRE_DTYPE_F32, 2, video, NULL), "cls");
-    expect_rejected(b, c, &c->cls, tt_tensor1(b->cls, TODRE_DTYPE_F32, b->total - 1), "cls");
+    tt_array t;
+    expect_rejected(b, c, &c->cls, tt_array_init(&t, b->cls, TODRE_DTYPE_F32, 2, video, NULL), "cls");
+    expect_rejected(b, c, &c->cls, tt_array1(&t, b->cls, TODRE_DTYPE_F32, b->total - 1), "cls");
 
-    tt_assert_ok(todre_select_config_set(c->cfg, TODRE_SELECT_PIVOT_LO, 1)); /* set 0: one row */
-    tt_assert_ok(todre_select_config_set(c->cfg, TODRE_SELECT_PIVOT_HI, 2));
+    tt_cfg_set(c->cfg, TODRE_SELECT_PIVOT_LO, 1); /* set 0: one row */
+    tt_cfg_set(c->cfg, TODRE_SELECT_PIVOT_HI, 2);
     tt_assert_fails(b->ctx, call_batch(b, c), TODRE_ERR_INVALID_ARGUMENT, "pivot");
-    tt_assert_ok(todre_select_config_set(c->cfg, TODRE_SELECT_PIVOT_LO, 0));
-    tt_assert_ok(todre_select_config_set(c->cfg, TODRE_SELECT_PIVOT_HI, -1));
+    tt_cfg_set(c->cfg, TODRE_SELECT_PIVOT_LO, 0);
+    tt_cfg_set(c->cfg, TODRE_SELECT_PIVOT_HI, -1);
 
     float *last = &b->rows[(b->total - 1) * LD + 1], saved = *last;
     *last = NAN;

@@ -1,6 +1,7 @@
 /* Stage-1 configuration: defaults, parameter round trips and bounds, the
  * ratio budget and todre_select_keep_count's rounding and clamping. */
 #include <math.h>
+#include <string.h>
 
 #include "todre_test.h"
 
@@ -12,11 +13,13 @@ static todre_select_config *fresh(void)
     return cfg;
 }
 
-static int64_t get(const todre_select_config *cfg, todre_select_param p)
+static int64_t get(const todre_select_config *cfg, todre_param p) { return tt_cfg_get(cfg, p); }
+
+static double get_ratio(const todre_select_config *cfg)
 {
-    int64_t v = -12345;
-    tt_assert_ok(todre_select_config_get(cfg, p, &v));
-    return v;
+    double r = -1;
+    tt_assert_ok(todre_select_config_get_double(cfg, TODRE_SELECT_RATIO, &r));
+    return r;
 }
 
 /* Documented defaults: MAX_SUM, AUTO pivot over [0, n), ratio 0.10, seed 0,
@@ -32,22 +35,20 @@ static void test_defaults(void **state)
     assert_int_equal(get(cfg, TODRE_SELECT_KEEP), 0);
     assert_int_equal(get(cfg, TODRE_SELECT_SEED), 0);
     assert_int_equal(get(cfg, TODRE_SELECT_ORDER), TODRE_ORDER_POSITION);
-    double r = -1;
-    tt_assert_ok(todre_select_config_get_ratio(cfg, &r));
-    assert_true(r == 0.10);
+    assert_true(get_ratio(cfg) == 0.10);
     todre_select_config_destroy(cfg);
     todre_select_config_destroy(NULL);
 }
 
-struct range { todre_select_param p; int64_t lo, hi; const char *name; };
+struct range { todre_param p; int64_t lo, hi; };
 static const struct range ranges[] = {
-    {TODRE_SELECT_OBJECTIVE, 0, 2, "objective"},
-    {TODRE_SELECT_PIVOT, 0, 5, "pivot"},
-    {TODRE_SELECT_PIVOT_LO, 0, INT64_MAX - 1, "pivot_lo"},
-    {TODRE_SELECT_PIVOT_HI, -1, INT64_MAX, "pivot_hi"},
-    {TODRE_SELECT_KEEP, 0, INT64_MAX, "keep"},
-    {TODRE_SELECT_SEED, INT64_MIN, INT64_MAX, "seed"},
-    {TODRE_SELECT_ORDER, 0, 2, "order"},
+    {TODRE_SELECT_OBJECTIVE, 0, 2},
+    {TODRE_SELECT_PIVOT, 0, 5},
+    {TODRE_SELECT_PIVOT_LO, 0, INT64_MAX - 1},
+    {TODRE_SELECT_PIVOT_HI, -1, INT64_MAX},
+    {TODRE_SELECT_KEEP, 0, INT64_MAX},
+    {TODRE_SELECT_SEED, INT64_MIN, INT64_MAX},
+    {TODRE_SELECT_ORDER, 0, 2},
 };
 #define NRANGES (sizeof ranges / sizeof ranges[0])
 
@@ -57,19 +58,23 @@ static void test_bounds_and_round_trip(void **state)
     (void)state;
     todre_select_config *cfg = fresh();
     for (size_t i = 0; i < NRANGES; i++) {
-        int64_t lo = 1, hi = 0;
-        tt_assert_ok(todre_select_param_bounds(ranges[i].p, &lo, &hi));
-        assert_true(lo == ranges[i].lo && hi == ranges[i].hi);
-        tt_assert_ok(todre_select_config_set(cfg, ranges[i].p, ranges[i].hi));
+        todre_param_bounds b;
+        memset(&b, 0xa5, sizeof b);
+        b.struct_size = sizeof b;
+        tt_assert_ok(todre_param_get_bounds(ranges[i].p, &b));
+        assert_int_equal(b.type, TODRE_PARAM_INT);
+        assert_int_equal(b.read_only, 0);
+        assert_true(b.int_min == ranges[i].lo && b.int_max == ranges[i].hi);
+        tt_cfg_set(cfg, ranges[i].p, ranges[i].hi);
         assert_true(get(cfg, ranges[i].p) == ranges[i].hi);
-        tt_assert_ok(todre_select_config_set(cfg, ranges[i].p, ranges[i].lo));
+        tt_cfg_set(cfg, ranges[i].p, ranges[i].lo);
         assert_true(get(cfg, ranges[i].p) == ranges[i].lo);
     }
     todre_select_config_destroy(cfg);
 }
 
 /* Values outside the bounds are rejected naming the parameter, and leave the
- * configuration unchanged; pivot_hi = 0 (an empty range) is rejected too. */
+ * configuration unchanged. */
 static void test_out_of_range(void **state)
 {
     (void)state;
@@ -77,24 +82,31 @@ static void test_out_of_range(void **state)
     for (size_t i = 0; i < NRANGES; i++) {
         int64_t before = get(cfg, ranges[i].p);
         if (ranges[i].lo > INT64_MIN)
-            tt_assert_fails(NULL, todre_select_config_set(cfg, ranges[i].p, ranges[i].lo - 1),
-                            TODRE_ERR_INVALID_ARGUMENT, ranges[i].name);
+            tt_assert_fails_param(NULL, todre_select_config_set_int(cfg, ranges[i].p, ranges[i].lo - 1),
+                                  TODRE_ERR_INVALID_ARGUMENT, ranges[i].p);
         if (ranges[i].hi < INT64_MAX)
-            tt_assert_fails(NULL, todre_select_config_set(cfg, ranges[i].p, ranges[i].hi + 1),
-                            TODRE_ERR_INVALID_ARGUMENT, ranges[i].name);
+            tt_assert_fails_param(NULL, todre_select_config_set_int(cfg, ranges[i].p, ranges[i].hi + 1),
+                                  TODRE_ERR_INVALID_ARGUMENT, ranges[i].p);
         assert_true(get(cfg, ranges[i].p) == before);
     }
-    tt_assert_fails(NULL, todre_select_config_set(cfg, TODRE_SELECT_PIVOT_HI, 0),
-                    TODRE_ERR_INVALID_ARGUMENT, "pivot_hi");
-    tt_assert_fails(NULL, todre_select_config_set(cfg, TODRE_SELECT_OBJECTIVE, INT64_MIN),
-                    TODRE_ERR_INVALID_ARGUMENT, "objective");
-    tt_assert_fails(NULL, todre_select_config_set(cfg, (todre_select_param)7, 0),
+    /* pivot_hi = 0 (an empty range) is inside the bounds: accepted here, and
+     * rejected at selection time like every range that does not fit a set
+     * (test_select_contract) */
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT_HI, 0);
+    assert_int_equal(get(cfg, TODRE_SELECT_PIVOT_HI), 0);
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT_HI, -1);
+    tt_assert_fails_param(NULL, todre_select_config_set_int(cfg, TODRE_SELECT_OBJECTIVE, INT64_MIN),
+                          TODRE_ERR_INVALID_ARGUMENT, TODRE_SELECT_OBJECTIVE);
+    tt_assert_fails(NULL, todre_select_config_set_int(cfg, (todre_param)208, 0),
                     TODRE_ERR_INVALID_ARGUMENT, "param");
-    int64_t v, lo, hi;
-    tt_assert_fails(NULL, todre_select_config_get(cfg, (todre_select_param)-1, &v),
+    int64_t v;
+    todre_param_bounds b;
+    memset(&b, 0, sizeof b);
+    b.struct_size = sizeof b;
+    tt_assert_fails(NULL, todre_select_config_get_int(cfg, (todre_param)-1, &v),
                     TODRE_ERR_INVALID_ARGUMENT, "param");
-    tt_assert_fails(NULL, todre_select_param_bounds((todre_select_param)7, &lo, &hi),
-                    TODRE_ERR_INVALID_ARGUMENT, "param");
+    tt_assert_fails(NULL, todre_param_get_bounds((todre_param)208, &b), TODRE_ERR_INVALID_ARGUMENT,
+                    "param");
     todre_select_config_destroy(cfg);
 }
 
@@ -103,23 +115,25 @@ static void test_null_arguments(void **state)
 {
     (void)state;
     todre_select_config *cfg = fresh();
-    int64_t v, lo;
+    int64_t v;
     double r;
     tt_assert_fails(NULL, todre_select_config_create(NULL), TODRE_ERR_INVALID_ARGUMENT, "out");
-    tt_assert_fails(NULL, todre_select_config_set(NULL, TODRE_SELECT_KEEP, 1),
+    tt_assert_fails(NULL, todre_select_config_set_int(NULL, TODRE_SELECT_KEEP, 1),
                     TODRE_ERR_INVALID_ARGUMENT, "cfg");
-    tt_assert_fails(NULL, todre_select_config_get(NULL, TODRE_SELECT_KEEP, &v),
+    tt_assert_fails(NULL, todre_select_config_get_int(NULL, TODRE_SELECT_KEEP, &v),
                     TODRE_ERR_INVALID_ARGUMENT, "cfg");
-    tt_assert_fails(NULL, todre_select_config_get(cfg, TODRE_SELECT_KEEP, NULL),
+    tt_assert_fails(NULL, todre_select_config_get_int(cfg, TODRE_SELECT_KEEP, NULL),
                     TODRE_ERR_INVALID_ARGUMENT, "value");
-    tt_assert_fails(NULL, todre_select_param_bounds(TODRE_SELECT_KEEP, NULL, &v),
-                    TODRE_ERR_INVALID_ARGUMENT, "lo");
-    tt_assert_fails(NULL, todre_select_param_bounds(TODRE_SELECT_KEEP, &lo, NULL),
-                    TODRE_ERR_INVALID_ARGUMENT, "hi");
-    tt_assert_fails(NULL, todre_select_config_set_ratio(NULL, 0.5), TODRE_ERR_INVALID_ARGUMENT, "cfg");
-    tt_assert_fails(NULL, todre_select_config_get_ratio(NULL, &r), TODRE_ERR_INVALID_ARGUMENT, "cfg");
-    tt_assert_fails(NULL, todre_select_config_get_ratio(cfg, NULL), TODRE_ERR_INVALID_ARGUMENT,
-                    "ratio");
+    tt_assert_fails(NULL, todre_param_get_bounds(TODRE_SELECT_KEEP, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "bounds");
+    tt_assert_fails(NULL, todre_select_config_set_double(NULL, TODRE_SELECT_RATIO, 0.5),
+                    TODRE_ERR_INVALID_ARGUMENT, "cfg");
+    tt_assert_fails(NULL, todre_select_config_get_double(NULL, TODRE_SELECT_RATIO, &r),
+                    TODRE_ERR_INVALID_ARGUMENT, "cfg");
+    tt_assert_fails(NULL, todre_select_config_get_double(cfg, TODRE_SELECT_RATIO, NULL),
+                    TODRE_ERR_INVALID_ARGUMENT, "value");
+    tt_assert_fails(NULL, todre_select_config_reset(NULL, TODRE_RESET_PARAMS),
+                    TODRE_ERR_INVALID_ARGUMENT, "cfg");
     tt_assert_fails(NULL, todre_select_keep_count(NULL, 10, &v), TODRE_ERR_INVALID_ARGUMENT, "cfg");
     tt_assert_fails(NULL, todre_select_keep_count(cfg, 10, NULL), TODRE_ERR_INVALID_ARGUMENT, "k");
     todre_select_config_destroy(cfg);
@@ -132,15 +146,17 @@ static void test_ratio(void **state)
     (void)state;
     todre_select_config *cfg = fresh();
     const double bad[] = {0.0, -0.0, -0.25, 1.0000001, 2.0, NAN, INFINITY, -INFINITY};
-    tt_assert_ok(todre_select_config_set_ratio(cfg, 0.25));
+    tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 0.25));
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
-        tt_assert_fails(NULL, todre_select_config_set_ratio(cfg, bad[i]), TODRE_ERR_INVALID_ARGUMENT,
-                        "ratio");
-    double r = 0;
-    tt_assert_ok(todre_select_config_get_ratio(cfg, &r));
-    assert_true(r == 0.25);
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_KEEP, 7));
-    tt_assert_ok(todre_select_config_set_ratio(cfg, 1.0));
+        tt_assert_fails_param(NULL, todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, bad[i]),
+                              TODRE_ERR_INVALID_ARGUMENT, TODRE_SELECT_RATIO);
+    assert_true(get_ratio(cfg) == 0.25);
+    tt_cfg_set(cfg, TODRE_SELECT_KEEP, 7);
+    /* a rejected ratio does not switch the budget back either */
+    tt_assert_fails_param(NULL, todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 0.0),
+                          TODRE_ERR_INVALID_ARGUMENT, TODRE_SELECT_RATIO);
+    assert_int_equal(get(cfg, TODRE_SELECT_KEEP), 7);
+    tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 1.0));
     assert_int_equal(get(cfg, TODRE_SELECT_KEEP), 0);
     todre_select_config_destroy(cfg);
 }
@@ -148,8 +164,8 @@ static void test_ratio(void **state)
 static int64_t keep_count(double ratio, int64_t keep, int64_t n)
 {
     todre_select_config *cfg = fresh();
-    tt_assert_ok(todre_select_config_set_ratio(cfg, ratio));
-    if (keep) tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_KEEP, keep));
+    tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, ratio));
+    if (keep) tt_cfg_set(cfg, TODRE_SELECT_KEEP, keep);
     int64_t k = -1;
     tt_assert_ok(todre_select_keep_count(cfg, n, &k));
     todre_select_config_destroy(cfg);
@@ -182,7 +198,7 @@ static void test_keep_count_contract(void **state)
     (void)state;
     todre_select_config *cfg = fresh();
     int64_t k = -1;
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_KEEP, 11));
+    tt_cfg_set(cfg, TODRE_SELECT_KEEP, 11);
     tt_assert_fails(NULL, todre_select_keep_count(cfg, 10, &k), TODRE_ERR_INVALID_ARGUMENT, "keep");
     tt_assert_fails(NULL, todre_select_keep_count(cfg, 0, &k), TODRE_ERR_INVALID_ARGUMENT, "n");
     tt_assert_fails(NULL, todre_select_keep_count(cfg, -5, &k), TODRE_ERR_INVALID_ARGUMENT, "n");

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#define TODRE_EXPERIMENTAL_API /* TODRE_CONTEXT_EXP_SELECT_STRATEGY */
 #include "fixture.h"
 #include "oracle.h"
 #include "todre_test.h"
@@ -52,9 +53,10 @@ static int teardown(void **state)
 
 struct inputs {
     void *rows;           /* [n, d + pad]; padding NaN so reading it is caught */
-    todre_tensor *emb;
-    todre_tensor *cls;    /* as the case says ([n] or [frames, t]) */
-    todre_tensor *cls_flat; /* the same values as [n] (video cases only) */
+    tt_array emb_a, cls_a, cls_flat_a;
+    const DLTensor *emb;
+    const DLTensor *cls;    /* as the case says ([n] or [frames, t]), or NULL */
+    const DLTensor *cls_flat; /* the same values as [n] (video cases only), or NULL */
 };
 
 static void build_inputs(const struct tt_case *c, struct inputs *in)
@@ -69,31 +71,28 @@ static void build_inputs(const struct tt_case *c, struct inputs *in)
                es * (size_t)c->d);
         for (int64_t j = c->d; j < ld; j++) tt_store(in->rows, c->dtype, (size_t)(i * ld + j), NAN);
     }
-    in->emb = tt_tensor2(in->rows, c->dtype, c->n, c->d, ld);
+    in->emb = tt_array2(&in->emb_a, in->rows, c->dtype, c->n, c->d, ld);
     if (c->cls_kind == TT_CLS_VIDEO) {
         int64_t shape[2] = {c->frames, c->n / c->frames};
-        in->cls = tt_tensor(c->cls.data, c->cls_dtype, 2, shape, NULL);
-        in->cls_flat = tt_tensor1(c->cls.data, c->cls_dtype, c->n);
+        in->cls = tt_array_init(&in->cls_a, c->cls.data, c->cls_dtype, 2, shape, NULL);
+        in->cls_flat = tt_array1(&in->cls_flat_a, c->cls.data, c->cls_dtype, c->n);
     } else if (c->cls_kind == TT_CLS_FLAT) {
-        in->cls = tt_tensor1(c->cls.data, c->cls_dtype, c->n);
+        in->cls = tt_array1(&in->cls_a, c->cls.data, c->cls_dtype, c->n);
     }
 }
 
 static void free_inputs(struct inputs *in)
 {
-    todre_tensor_destroy(in->emb);
-    todre_tensor_destroy(in->cls);
-    todre_tensor_destroy(in->cls_flat);
     free(in->rows);
 }
 
 static todre_select_config *case_config(const struct tt_case *c)
 {
     todre_select_config *cfg = tt_config(c->objective, c->pivot, c->keep, TODRE_ORDER_BOTH);
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_LO, c->lo));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_PIVOT_HI, c->hi));
-    tt_assert_ok(todre_select_config_set(cfg, TODRE_SELECT_SEED, c->seed));
-    if (c->keep == 0) tt_assert_ok(todre_select_config_set_ratio(cfg, c->ratio));
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT_LO, c->lo);
+    tt_cfg_set(cfg, TODRE_SELECT_PIVOT_HI, c->hi);
+    tt_cfg_set(cfg, TODRE_SELECT_SEED, c->seed);
+    if (c->keep == 0) tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, c->ratio));
     int64_t k = -1;
     tt_assert_ok(todre_select_keep_count(cfg, c->n, &k));
     if (k != c->k) fail_msg("%s: keep_count %lld, reference %lld", c->name, (long long)k, (long long)c->k);
@@ -163,7 +162,7 @@ struct tally {
 };
 
 static int run_one(todre_context *ctx, todre_select_config *cfg, const struct tt_case *c,
-                   const todre_tensor *emb, const todre_tensor *cls, int64_t *sel, int64_t *pos,
+                   const DLTensor *emb, const DLTensor *cls, int64_t *sel, int64_t *pos,
                    const char *label)
 {
     todre_status st = tt_select_both(ctx, cfg, emb, cls, c->k, sel, pos);
@@ -204,7 +203,7 @@ static void check_repeat(todre_context *ctx, todre_select_config *cfg, const str
 {
     int64_t *again = malloc(sizeof(int64_t) * (size_t)(2 * c->k));
     assert_non_null(again);
-    const todre_tensor *cls = in->cls_flat ? in->cls_flat : in->cls;
+    const DLTensor *cls = in->cls_flat ? in->cls_flat : in->cls;
     if (!run_one(ctx, cfg, c, in->emb, cls, again, again + c->k, label)) {
         t->failures++;
     } else if (memcmp(sel, again, sizeof(int64_t) * (size_t)c->k) != 0) {
@@ -241,7 +240,7 @@ static void test_reference_cases(void **state)
     todre_context *ctx[NSTRAT];
     for (int i = 0; i < NSTRAT; i++) {
         ctx[i] = tt_cpu_context();
-        tt_assert_ok(todre_context_set_param(ctx[i], TODRE_CONTEXT_SELECT_STRATEGY, strategies[i]));
+        tt_ctx_set(ctx[i], TODRE_CONTEXT_EXP_SELECT_STRATEGY, strategies[i]);
     }
     struct tally t = {0, 0, 0};
     for (size_t i = 0; i < s->count; i++) {

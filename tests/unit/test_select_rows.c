@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define TODRE_EXPERIMENTAL_API /* TODRE_CONTEXT_EXP_SELECT_STRATEGY */
 #include "todre_test.h"
 
 #define N 3000
@@ -56,14 +57,12 @@ static void select_with(const void *x, todre_dtype dt, todre_objective obj, int6
                         int64_t strategy, int64_t limit, int64_t *sel)
 {
     todre_context *ctx = tt_cpu_context();
-    tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_SELECT_STRATEGY, strategy));
-    tt_assert_ok(todre_context_set_param(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, limit));
+    tt_ctx_set(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, strategy);
+    tt_ctx_set(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, limit);
     todre_select_config *cfg = tt_config(obj, TODRE_PIVOT_AUTO, k, TODRE_ORDER_SELECTION);
-    todre_tensor *emb = tt_tensor2((void *)x, dt, N, D, D);
-    todre_tensor *out = tt_tensor1(sel, TODRE_DTYPE_I64, k);
-    tt_assert_ok(todre_select(ctx, cfg, emb, NULL, out));
-    todre_tensor_destroy(out);
-    todre_tensor_destroy(emb);
+    tt_array emb, out;
+    tt_assert_ok(todre_select(ctx, cfg, tt_array2(&emb, (void *)x, dt, N, D, D), NULL,
+                              tt_array1(&out, sel, TODRE_DTYPE_I64, k)));
     todre_select_config_destroy(cfg);
     todre_context_destroy(ctx);
 }

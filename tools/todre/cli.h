@@ -71,45 +71,63 @@ int cli_finish_output(const char *cmd);
 /* Load a .npy file; errors are printed ("todre <cmd>: --opt: <reason>"). */
 int cli_load(const char *cmd, const char *opt, const char *path, struct todre_npy *out);
 
-/* The libtodre dtype of a float array ("<f4" or "<f2"), or CLI_EXIT_ERROR
+/* The DLPack dtype of a float array ("<f4" or "<f2"), or CLI_EXIT_ERROR
  * (printed) for anything else. */
 int cli_float_dtype(const char *cmd, const char *opt, const struct todre_npy *a,
-                    todre_dtype *out);
+                    DLDataType *out);
+
+/* A compact host DLTensor view (strides NULL) of @p data; @p shape must
+ * outlive @p t. */
+void cli_host_tensor(DLTensor *t, void *data, DLDataType dtype, int ndim, int64_t *shape);
+
+#define CLI_DTYPE_F32 ((DLDataType){kDLFloat, 32, 1})
+#define CLI_DTYPE_F16 ((DLDataType){kDLFloat, 16, 1})
+#define CLI_DTYPE_I32 ((DLDataType){kDLInt, 32, 1})
+#define CLI_DTYPE_I64 ((DLDataType){kDLInt, 64, 1})
+#define CLI_DTYPE_U8 ((DLDataType){kDLUInt, 8, 1})
 
 /* ---- backend and device memory (cli_device.c) --------------------------- */
 
 #define CLI_MAX_BUFFERS 8
+#define CLI_MAX_RANK 4
 
-/* A context plus the device copies made for it. On a CUDA context, host
- * arrays are copied to device memory through the CUDA driver API, loaded
- * with dlopen so that the tool runs on machines without CUDA. */
+/* One array the library reads or writes, on the context's device. */
+struct cli_array {
+    DLTensor t;                    /* the view passed to libtodre */
+    int64_t shape[CLI_MAX_RANK];   /* t.shape points here */
+    void *host;                    /* the host memory it mirrors */
+    void *dev;                     /* todre_context_alloc() memory; NULL on a host device */
+    const char *name;              /* names it in errors */
+};
+
+/* A context plus the arrays made for it. When the context's device is not
+ * host memory (CUDA), host arrays are moved with todre_context_alloc() and
+ * todre_context_copy(): the tool loads no device runtime itself. */
 struct cli_run {
     todre_context *ctx;
-    todre_backend_kind backend; /* CPU or CUDA: what the context runs on */
-    unsigned long long dev[CLI_MAX_BUFFERS]; /* device copies (CUDA only; CUdeviceptr) */
-    const void *host[CLI_MAX_BUFFERS];   /* the host arrays they mirror */
-    todre_tensor *tensors[CLI_MAX_BUFFERS];
+    const char *backend; /* todre_context_backend(): what runs ("cpu", "cuda") */
+    DLDevice device;     /* todre_context_device() */
+    int on_host;         /* the device reads host memory: arrays are the host buffers */
+    struct cli_array arrays[CLI_MAX_BUFFERS];
     int count;
 };
 
-/* Create the context for --backend (0 auto, 1 cpu, 2 cuda). AUTO falls back
- * to the CPU when CUDA cannot run (including when the tool cannot load the
- * CUDA driver library). */
-int cli_run_open(const char *cmd, todre_backend_kind kind, struct cli_run *run);
+/* Create the context for --backend NAME ("auto", "cpu", "cuda" or any
+ * registered backend; device 0). "auto" is the library's: the first
+ * available backend after the CPU, else the CPU. */
+int cli_run_open(const char *cmd, const char *backend, struct cli_run *run);
 
-/* A tensor over @p host data (C order), copied to the device on CUDA. The
- * run owns the tensor. @p name names it in errors. */
-int cli_run_tensor(const char *cmd, struct cli_run *run, const char *name, const void *host,
-                   todre_dtype dtype, int rank, const int64_t *shape, todre_tensor **out);
+/* A compact array of @p host data (C order) for the context's device: the
+ * host memory itself on a host device, else a device copy. The run owns it.
+ * @p name names it in errors. */
+int cli_run_array(const char *cmd, struct cli_run *run, const char *name, void *host,
+                  DLDataType dtype, int ndim, const int64_t *shape, const DLTensor **out);
 
-/* Copy @p bytes of tensor @p t's memory into @p host (a no-op copy on CPU). */
-int cli_run_fetch(const char *cmd, struct cli_run *run, const todre_tensor *t, void *host,
-                  size_t bytes);
+/* Bring the contents of @p t, made by cli_run_array(), back into its host
+ * memory (nothing to do on a host device). */
+int cli_run_fetch(const char *cmd, struct cli_run *run, const DLTensor *t);
 
 void cli_run_close(struct cli_run *run);
-
-/* "cpu" or "cuda". */
-const char *cli_backend_name(todre_backend_kind kind);
 
 /* ---- commands ------------------------------------------------------------ */
 

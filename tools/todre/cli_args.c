@@ -9,7 +9,7 @@
 
 int cli_fail(const char *cmd, const char *fmt, ...)
 {
-    char msg[1024];
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);

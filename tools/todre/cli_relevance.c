@@ -1,7 +1,7 @@
 /*
  * `todre relevance`: the stage-2 ratios and drop decision for one layer's
  * attention, given as probabilities (--attn) or as queries and keys (--q,
- * --k). Runs a one-layer libtodre_relevance handle that probes layer 0.
+ * --k). Runs a one-layer libtodre relevance handle that probes layer 0.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -9,12 +9,12 @@
 #include "cli.h"
 
 static const char *const CMD = "relevance";
-static const char *const BACKENDS[] = {"auto", "cpu", "cuda"};
 
 struct relevance_args {
     const char *attn, *q, *k, *types;
     double tau, scale; /* scale 0: 1/sqrt(dh) */
-    int tau_given, backend, json;
+    int tau_given, json;
+    const char *backend; /* a registered backend name or "auto" */
 };
 
 static int check_form(const struct relevance_args *a, int scale_given)
@@ -39,7 +39,7 @@ static int parse_args(int argc, char **argv, struct relevance_args *a)
     const size_t n = sizeof o / sizeof o[0];
     if (cli_parse_opts(CMD, argc, argv, o, n)) return CLI_EXIT_ERROR;
     memset(a, 0, sizeof *a);
-    a->backend = TODRE_BACKEND_AUTO;
+    a->backend = "auto";
     a->attn = cli_opt(o, n, "--attn")->value;
     a->q = cli_opt(o, n, "--q")->value;
     a->k = cli_opt(o, n, "--k")->value;
@@ -56,9 +56,7 @@ static int parse_args(int argc, char **argv, struct relevance_args *a)
         if (cli_parse_f64(CMD, v->name, v->value, &a->tau)) return CLI_EXIT_ERROR;
         a->tau_given = 1;
     }
-    if ((v = cli_opt(o, n, "--backend"))->given &&
-        cli_parse_choice(CMD, v->name, v->value, BACKENDS, 3, &a->backend))
-        return CLI_EXIT_ERROR;
+    if ((v = cli_opt(o, n, "--backend"))->given) a->backend = v->value;
     return 0;
 }
 
@@ -106,7 +104,7 @@ static int load_types(const char *path, uint8_t **out, int64_t *count)
 }
 
 /* A [rows, cols] array becomes one head: [1, rows, cols]. */
-static int load_heads(const char *opt, const char *path, struct todre_npy *a, todre_dtype *dt,
+static int load_heads(const char *opt, const char *path, struct todre_npy *a, DLDataType *dt,
                       int64_t shape[3])
 {
     if (cli_load(CMD, opt, path, a) || cli_float_dtype(CMD, opt, a, dt)) return CLI_EXIT_ERROR;
@@ -119,61 +117,63 @@ static int load_heads(const char *opt, const char *path, struct todre_npy *a, to
     return 0;
 }
 
-static int create_handle(const struct relevance_args *a, const uint8_t *types, int64_t count,
+static int create_handle(const struct relevance_args *a, uint8_t *types, int64_t count,
                          todre_relevance **rel)
 {
-    const int64_t layer0 = 0;
-    todre_tensor *tt = NULL;
+    int64_t layer0 = 0, one = 1;
+    DLTensor layers, tt;
+    cli_host_tensor(&layers, &layer0, CLI_DTYPE_I64, 1, &one);
     todre_status st = todre_relevance_create(1, 1, rel);
-    if (st == TODRE_OK) st = todre_relevance_set_probe_layers(*rel, &layer0, 1);
+    if (st == TODRE_OK) st = todre_relevance_set_probe_layers(*rel, &layers);
     if (st != TODRE_OK) return cli_lib_fail(CMD, "relevance handle", st);
-    if (a->tau_given && (st = todre_relevance_set_tau(*rel, a->tau)) != TODRE_OK)
+    if (a->tau_given &&
+        (st = todre_relevance_set_double(*rel, TODRE_RELEVANCE_TAU, a->tau)) != TODRE_OK)
         return cli_lib_fail(CMD, "--tau", st);
-    st = todre_tensor_create((void *)types, TODRE_DTYPE_U8, TODRE_DEVICE_HOST, 0, 1, &count,
-                             NULL, &tt);
-    if (st == TODRE_OK) st = todre_relevance_set_types(*rel, tt);
-    todre_tensor_destroy(tt);
+    cli_host_tensor(&tt, types, CLI_DTYPE_U8, 1, &count);
+    st = todre_relevance_set_types(*rel, &tt);
     return st == TODRE_OK ? 0 : cli_lib_fail(CMD, "--types", st);
 }
 
 /* Observe layer 0 from whichever form was given. */
 static int observe(const struct relevance_args *a, struct cli_run *run, todre_relevance *rel,
-                   struct todre_npy arr[2], int64_t ntypes, todre_decision *decision)
+                   struct todre_npy arr[2], int64_t ntypes, int32_t *decision)
 {
-    int64_t s0[3], s1[3];
-    todre_dtype d0, d1;
-    todre_tensor *t0, *t1;
+    int64_t s0[3], s1[3], one = 1;
+    DLDataType d0, d1;
+    const DLTensor *t0, *t1;
+    DLTensor dec; /* host int32 [1]: the one sequence's decision */
+    cli_host_tensor(&dec, decision, CLI_DTYPE_I32, 1, &one);
     todre_status st;
     if (a->attn) {
         if (load_heads("--attn", a->attn, &arr[0], &d0, s0)) return CLI_EXIT_ERROR;
         if (s0[2] != ntypes)
             return cli_fail(CMD, "--types has %lld entries but --attn has %lld keys",
                             (long long)ntypes, (long long)s0[2]);
-        if (cli_run_open(CMD, (todre_backend_kind)a->backend, run) ||
-            cli_run_tensor(CMD, run, "--attn", arr[0].data, d0, 3, s0, &t0))
+        if (cli_run_open(CMD, a->backend, run) ||
+            cli_run_array(CMD, run, "--attn", arr[0].data, d0, 3, s0, &t0))
             return CLI_EXIT_ERROR;
-        st = todre_relevance_observe_probs(run->ctx, rel, 0, t0, decision);
+        st = todre_relevance_observe_probs(run->ctx, rel, 0, t0, &dec);
     } else {
         if (load_heads("--q", a->q, &arr[0], &d0, s0) || load_heads("--k", a->k, &arr[1], &d1, s1))
             return CLI_EXIT_ERROR;
         if (s1[1] != ntypes)
             return cli_fail(CMD, "--types has %lld entries but --k has %lld keys",
                             (long long)ntypes, (long long)s1[1]);
-        if (cli_run_open(CMD, (todre_backend_kind)a->backend, run) ||
-            cli_run_tensor(CMD, run, "--q", arr[0].data, d0, 3, s0, &t0) ||
-            cli_run_tensor(CMD, run, "--k", arr[1].data, d1, 3, s1, &t1))
+        if (cli_run_open(CMD, a->backend, run) ||
+            cli_run_array(CMD, run, "--q", arr[0].data, d0, 3, s0, &t0) ||
+            cli_run_array(CMD, run, "--k", arr[1].data, d1, 3, s1, &t1))
             return CLI_EXIT_ERROR;
-        st = todre_relevance_observe_qk(run->ctx, rel, 0, t0, t1, a->scale, decision);
+        st = todre_relevance_observe_qk(run->ctx, rel, 0, t0, t1, a->scale, &dec);
     }
     return st == TODRE_OK ? 0 : cli_lib_fail(CMD, a->attn ? "--attn" : "--q/--k", st);
 }
 
 static int report(const struct relevance_args *a, const todre_relevance *rel,
-                  todre_decision decision)
+                  int32_t decision)
 {
     double t2v = 0, v2t = 0, tau = 0;
     todre_status st = todre_relevance_ratios(rel, 0, 0, &t2v, &v2t);
-    if (st == TODRE_OK) st = todre_relevance_get_tau(rel, &tau);
+    if (st == TODRE_OK) st = todre_relevance_get_double(rel, TODRE_RELEVANCE_TAU, &tau);
     if (st != TODRE_OK) return cli_lib_fail(CMD, "ratios", st);
     int drop = decision == TODRE_DECISION_DROP;
     if (a->json) {
@@ -200,7 +200,7 @@ int cli_relevance_main(int argc, char **argv)
     memset(arr, 0, sizeof arr);
     struct cli_run run;
     memset(&run, 0, sizeof run);
-    todre_decision decision = TODRE_DECISION_NOT_PROBED;
+    int32_t decision = TODRE_DECISION_NOT_PROBED;
     int rc = load_types(a.types, &types, &ntypes);
     if (rc == 0) rc = create_handle(&a, types, ntypes, &rel);
     if (rc == 0) rc = observe(&a, &run, rel, arr, ntypes, &decision);

@@ -13,13 +13,13 @@ static const char *const OBJECTIVES[] = {"max-sum", "max-min", "cls-topk"};
  * documented four so every library pivot is reachable. */
 static const char *const PIVOTS[] = {"auto", "cls", "center", "farthest", "random", "isolated"};
 static const char *const ORDERS[] = {"position", "selection"};
-static const char *const BACKENDS[] = {"auto", "cpu", "cuda"};
 
 struct select_args {
     const char *emb_path, *cls_path;
     int64_t keep;  /* 0: use ratio */
     double ratio;
-    int objective, pivot, order, backend, json;
+    int objective, pivot, order, json;
+    const char *backend; /* a registered backend name or "auto" */
     int64_t pivot_lo, pivot_hi, seed;
 };
 
@@ -54,7 +54,7 @@ static int parse_args(int argc, char **argv, struct select_args *a)
     if (cli_parse_opts(CMD, argc, argv, o, n)) return CLI_EXIT_ERROR;
     memset(a, 0, sizeof *a);
     a->pivot_hi = -1;
-    a->backend = TODRE_BACKEND_AUTO;
+    a->backend = "auto";
 
     struct cli_opt *v;
     if (!(v = cli_opt(o, n, "--embeddings"))->given)
@@ -83,17 +83,14 @@ static int parse_args(int argc, char **argv, struct select_args *a)
     if ((v = cli_opt(o, n, "--order"))->given &&
         cli_parse_choice(CMD, v->name, v->value, ORDERS, 2, &a->order))
         return CLI_EXIT_ERROR;
-    if ((v = cli_opt(o, n, "--backend"))->given &&
-        cli_parse_choice(CMD, v->name, v->value, BACKENDS, 3, &a->backend))
-        return CLI_EXIT_ERROR;
+    if ((v = cli_opt(o, n, "--backend"))->given) a->backend = v->value;
     a->json = cli_opt(o, n, "--json")->given;
     return 0;
 }
 
-static int set_param(todre_select_config *cfg, todre_select_param p, int64_t value,
-                     const char *opt)
+static int set_param(todre_select_config *cfg, todre_param p, int64_t value, const char *opt)
 {
-    todre_status st = todre_select_config_set(cfg, p, value);
+    todre_status st = todre_select_config_set_int(cfg, p, value);
     return st == TODRE_OK ? 0 : cli_lib_fail(CMD, opt, st);
 }
 
@@ -112,12 +109,12 @@ static int build_config(const struct select_args *a, todre_select_config **out)
         set_param(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_BOTH, "--order"))
         return CLI_EXIT_ERROR;
     if (a->keep) return set_param(cfg, TODRE_SELECT_KEEP, a->keep, "--keep");
-    st = todre_select_config_set_ratio(cfg, a->ratio);
+    st = todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, a->ratio);
     return st == TODRE_OK ? 0 : cli_lib_fail(CMD, "--ratio", st);
 }
 
 static int load_inputs(const struct select_args *a, struct todre_npy *emb, struct todre_npy *cls,
-                       todre_dtype *emb_dt, todre_dtype *cls_dt)
+                       DLDataType *emb_dt, DLDataType *cls_dt)
 {
     if (cli_load(CMD, "--embeddings", a->emb_path, emb) ||
         cli_float_dtype(CMD, "--embeddings", emb, emb_dt))
@@ -143,7 +140,7 @@ static double now_seconds(void)
 }
 
 static void print_result(const struct select_args *a, const int64_t *both, int64_t n, int64_t k,
-                         todre_backend_kind backend, double seconds)
+                         const char *backend, double seconds)
 {
     const int64_t *row = both + (a->order == TODRE_ORDER_SELECTION ? 0 : k);
     if (!a->json) {
@@ -156,14 +153,14 @@ static void print_result(const struct select_args *a, const int64_t *both, int64
     printf("], \"order\": \"%s\", \"n\": %lld, \"k\": %lld, \"pivot\": %lld, "
            "\"backend\": \"%s\", \"seconds\": %.9f}\n",
            ORDERS[a->order], (long long)n, (long long)k, (long long)both[0],
-           cli_backend_name(backend), seconds);
+           backend, seconds);
 }
 
 /* Everything after parsing; the caller frees what this creates. */
 static int run_select(const struct select_args *a, struct todre_npy *emb, struct todre_npy *cls,
                       todre_select_config **cfg, struct cli_run *run, int64_t **out)
 {
-    todre_dtype emb_dt = TODRE_DTYPE_F32, cls_dt = TODRE_DTYPE_F32;
+    DLDataType emb_dt = CLI_DTYPE_F32, cls_dt = CLI_DTYPE_F32;
     if (load_inputs(a, emb, cls, &emb_dt, &cls_dt) || build_config(a, cfg)) return CLI_EXIT_ERROR;
     int64_t n = emb->shape[0], k = 0;
     todre_status st = todre_select_keep_count(*cfg, n, &k);
@@ -171,13 +168,13 @@ static int run_select(const struct select_args *a, struct todre_npy *emb, struct
     *out = calloc((size_t)(2 * k), sizeof **out);
     if (!*out) return cli_fail(CMD, "out of memory");
 
-    todre_tensor *te, *tc = NULL, *to;
+    const DLTensor *te, *tc = NULL, *to;
     const int64_t out_shape[2] = {2, k};
-    if (cli_run_open(CMD, (todre_backend_kind)a->backend, run) ||
-        cli_run_tensor(CMD, run, "--embeddings", emb->data, emb_dt, 2, emb->shape, &te) ||
+    if (cli_run_open(CMD, a->backend, run) ||
+        cli_run_array(CMD, run, "--embeddings", emb->data, emb_dt, 2, emb->shape, &te) ||
         (a->cls_path &&
-         cli_run_tensor(CMD, run, "--cls", cls->data, cls_dt, cls->rank, cls->shape, &tc)) ||
-        cli_run_tensor(CMD, run, "output", *out, TODRE_DTYPE_I64, 2, out_shape, &to))
+         cli_run_array(CMD, run, "--cls", cls->data, cls_dt, cls->rank, cls->shape, &tc)) ||
+        cli_run_array(CMD, run, "output", *out, CLI_DTYPE_I64, 2, out_shape, &to))
         return CLI_EXIT_ERROR;
 
     double t0 = now_seconds();
@@ -185,7 +182,7 @@ static int run_select(const struct select_args *a, struct todre_npy *emb, struct
     if (st == TODRE_OK) st = todre_context_synchronize(run->ctx);
     double seconds = now_seconds() - t0;
     if (st != TODRE_OK) return cli_lib_fail(CMD, "selection", st);
-    if (cli_run_fetch(CMD, run, to, *out, (size_t)(2 * k) * sizeof **out)) return CLI_EXIT_ERROR;
+    if (cli_run_fetch(CMD, run, to)) return CLI_EXIT_ERROR;
     print_result(a, *out, n, k, run->backend, seconds);
     return cli_finish_output(CMD);
 }

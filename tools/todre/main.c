@@ -24,7 +24,9 @@ static const char USAGE[] =
     "relevance  text<->vision attention ratios of one layer from probabilities A ([H, Q, K]\n"
     "           or [Q, K]) or from queries/keys (causal softmax); T holds K token types\n"
     "           (0 system, 1 visual, 2 text); prints alpha_t2v alpha_v2t drop(0|1).\n"
-    "info       library version and available backends.\n"
+    "info       library version, registered backends and their devices.\n"
+    "--backend  auto (default: a GPU backend that can run here, else cpu), cpu, cuda, or any\n"
+    "           backend 'todre info' lists; device 0.\n"
     "\n"
     "Errors: exit status 2 and one line on stderr. See docs/cli.md.\n";
 

@@ -16,6 +16,10 @@ if not os.environ.get("TODRE_TEST_INSTALLED"):
     sys.path.insert(0, os.path.abspath(os.path.join(HERE, "..", "src")))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "reference"))
 
+# test_device_emu.py needs the process to start with the emulated CUDA module
+# registered (TODRE_BACKEND_PATH; ctest python.device_emu sets it up).
+collect_ignore = [] if os.environ.get("TODRE_TEST_EMULATED") else ["test_device_emu.py"]
+
 
 @pytest.fixture
 def rng():

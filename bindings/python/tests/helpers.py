@@ -26,8 +26,8 @@ def well_separated(n, d, k, seed, dtype=np.float32, cls=False, objective="max-su
 
 
 def ratios_reference(A, types):
-    """alpha_t2v, alpha_v2t of DESIGN.md section 3 in float64. A: [H, Q, K]; the
-    queries are the last Q of the K positions."""
+    """alpha_t2v, alpha_v2t of docs/semantics.md ("Stage 2", "Ratios") in float64.
+    A: [H, Q, K]; the queries are the last Q of the K positions."""
     A = np.asarray(A, dtype=np.float64)
     H, Q, K = A.shape
     qt = np.asarray(types)[K - Q:]

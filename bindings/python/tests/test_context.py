@@ -1,4 +1,4 @@
-"""todre.Context: backend, parameters, streams, lifetime, reuse across threads."""
+"""todre.Context: backend, parameters, streams, copies, lifetime, reuse across threads."""
 
 import threading
 
@@ -6,33 +6,60 @@ import numpy as np
 import pytest
 
 import todre
-from todre import Backend, ContextParam, Status, TodreError
+import torch
+
+from todre import Backend, ContextParam, DeviceType, Param, Status, TodreError
 
 
 def test_cpu_context_runs_on_cpu():
     with todre.Context("cpu") as ctx:
-        assert ctx.backend == Backend.CPU
+        assert ctx.backend == "cpu" == Backend.CPU and isinstance(ctx.backend, str)
+        assert (ctx.device_type, ctx.device) == (DeviceType.CPU, 0) and ctx.on_host
         assert "cpu" in repr(ctx)
+    assert todre.Context(Backend.CPU).backend == "cpu"
+    assert todre.Context(" CPU ").backend == "cpu"
 
 
-def test_auto_context_picks_an_available_backend():
-    ctx = todre.Context()
-    assert ctx.backend == (Backend.CUDA if "cuda" in todre.backends() else Backend.CPU)
+def test_auto_context_picks_the_first_available_backend_after_cpu():
+    want = ([n for n in todre.available_backends() if n != "cpu"] or ["cpu"])[0]
+    assert todre.Context().backend == want
+    assert todre.Context(None).backend == want
+    assert todre.Context("auto").backend != "auto"
 
 
-def test_explicit_cuda_without_cuda_is_backend_unavailable():
-    if "cuda" in todre.backends():
-        pytest.skip("CUDA is available here")
+def test_unavailable_or_unknown_backends_are_errors():
+    for info in todre.backends():
+        if not info.available:
+            with pytest.raises(TodreError) as e:
+                todre.Context(info.name)
+            assert e.value.status == Status.BACKEND_UNAVAILABLE and e.value.message
+    if "cuda" not in {b.name for b in todre.backends()}:
+        with pytest.raises(TodreError) as e:
+            todre.Context("cuda")
+        assert e.value.status in (Status.BACKEND_UNAVAILABLE, Status.INVALID_ARGUMENT)
+        assert e.value.message
+    # A name nothing registered: the header allows INVALID_ARGUMENT (unknown
+    # name) or BACKEND_UNAVAILABLE (no module); the message names it.
     with pytest.raises(TodreError) as e:
-        todre.Context("cuda")
-    assert e.value.status == Status.BACKEND_UNAVAILABLE and e.value.message
+        todre.Context("tpu")
+    assert e.value.status in (Status.BACKEND_UNAVAILABLE, Status.INVALID_ARGUMENT)
+    assert "backend" in e.value.message and "tpu" in e.value.message
+    with pytest.raises(TodreError) as e:
+        todre.Context(2)
+    assert e.value.status == Status.INVALID_ARGUMENT and "backend" in e.value.message
+    with pytest.raises(TodreError) as e:
+        todre.Context("cpu", device=1)
+    assert e.value.status == Status.INVALID_ARGUMENT and "device" in e.value.message
 
 
 def test_parameters_round_trip_and_reject_out_of_range():
     ctx = todre.Context("cpu", workspace_limit=1 << 20, select_strategy=1, num_threads=1)
     assert ctx.get_param(ContextParam.WORKSPACE_LIMIT) == 1 << 20
+    assert ctx.get_param(Param.CONTEXT_WORKSPACE_LIMIT) == 1 << 20
     assert ctx.get_param("select-strategy") == 1
+    assert ctx.get_param(Param.CONTEXT_EXP_SELECT_STRATEGY) == 1
     assert ctx.get_param("num_threads") == 1
+    assert ctx.get_param("TODRE_CONTEXT_NUM_THREADS") == 1
     with pytest.raises(TodreError) as e:
         ctx.set_param("select-strategy", 7)
     assert e.value.status == Status.INVALID_ARGUMENT
@@ -41,6 +68,52 @@ def test_parameters_round_trip_and_reject_out_of_range():
         ctx.set_param("workspace-limit", -1)
     with pytest.raises(TodreError):
         ctx.set_param("no-such-param", 1)
+    with pytest.raises(TodreError):
+        ctx.set_param("num-threads", 1.5)
+    with pytest.raises(TodreError) as e:
+        ctx.set_param(Param.SELECT_KEEP, 3)     # a selection parameter
+    assert e.value.status == Status.INVALID_ARGUMENT
+
+
+def test_reset_restores_the_defaults():
+    ctx = todre.Context("cpu", workspace_limit=1 << 20, num_threads=2)
+    ctx.reset("state")
+    assert ctx.get_param("workspace-limit") == 1 << 20
+    ctx.reset()
+    assert ctx.get_param("workspace-limit") == todre.param_info("workspace-limit").default
+    assert ctx.get_param("num-threads") == 0
+    with pytest.raises(TodreError):
+        ctx.reset("everything")
+
+
+def test_num_threads_does_not_leak_into_other_contexts(rng):
+    a = todre.Context("cpu", num_threads=1)
+    b = todre.Context("cpu")
+    assert a.get_param("num-threads") == 1 and b.get_param("num-threads") == 0
+    E = rng.standard_normal((300, 32)).astype(np.float32)
+    assert np.array_equal(a.select(E, keep=30), b.select(E, keep=30))
+
+
+def test_copy_between_host_arrays(rng):
+    ctx = todre.Context("cpu")
+    src = rng.standard_normal((5, 7)).astype(np.float32)
+    dst = np.zeros_like(src)
+    assert ctx.copy(dst, src) is dst and np.array_equal(dst, src)
+    t = torch.zeros(5, 7)
+    ctx.copy(t, src)
+    assert np.array_equal(t.numpy(), src)
+    host = ctx.to_host(src)
+    assert host is src                        # already on the host: no copy
+    with pytest.raises(TodreError) as e:
+        ctx.copy(np.zeros((5, 6), np.float32), src)
+    assert e.value.status == Status.INVALID_ARGUMENT
+    with pytest.raises(TodreError):
+        ctx.copy(np.zeros((5, 7), np.float16), src)
+    with pytest.raises(TodreError) as e:
+        ro = np.zeros_like(src)
+        ro.flags.writeable = False
+        ctx.copy(ro, src)
+    assert "dst" in e.value.message
 
 
 def test_strategies_give_the_same_selection(rng):
@@ -101,3 +174,19 @@ def test_threads_use_separate_contexts(rng):
         t.join()
     assert not errors
     assert len(results) == 20 and all(np.array_equal(r, want) for r in results)
+
+
+def test_experimental_strategy_is_used_only_under_its_name(monkeypatch):
+    """TODRE_CONTEXT_EXP_SELECT_STRATEGY may change in any release: the package
+    checks todre_param_name() before passing value 1000 to the library."""
+    from todre import _lib
+    assert _lib.lib.todre_param_name(1000) == b"TODRE_CONTEXT_EXP_SELECT_STRATEGY"
+    real = _lib.lib.todre_param_name
+    monkeypatch.setattr(_lib.lib, "todre_param_name",
+                        lambda p: b"TODRE_CONTEXT_EXP_SOMETHING_ELSE" if p == 1000 else real(p))
+    with pytest.raises(TodreError) as e:
+        todre.Context("cpu", select_strategy=1)
+    assert e.value.status == Status.UNSUPPORTED
+    assert "TODRE_CONTEXT_EXP_SELECT_STRATEGY" in e.value.message
+    ctx = todre.Context("cpu", num_threads=1)      # stable parameters are unaffected
+    assert ctx.get_param("num-threads") == 1

@@ -8,7 +8,7 @@ import torch
 import todre
 
 pytestmark = pytest.mark.skipif(
-    not (torch.cuda.is_available() and "cuda" in todre.backends()),
+    not (torch.cuda.is_available() and "cuda" in todre.available_backends()),
     reason="no CUDA device / libtodre CUDA backend here")
 
 
@@ -23,19 +23,45 @@ def test_cuda_tensor_in_cuda_tensor_out_equal_to_cpu(rng):
 
 def test_cuda_input_is_not_copied(monkeypatch):
     from todre import _lib
-    from todre._tensor import DLTensor
     seen = []
-    real = _lib.lib.todre_tensor_from_dlpack
+    real = _lib.lib.todre_select
 
-    def spy(dl_ptr, out):
-        dl = DLTensor.from_address(dl_ptr.value)
-        seen.append(((dl.data or 0) + dl.byte_offset, dl.device.device_type))
-        return real(dl_ptr, out)
+    def spy(ctx, cfg, emb, cls, out):
+        for arg in (emb, out):
+            dl = arg._obj
+            seen.append(((dl.data or 0) + dl.byte_offset, dl.device.device_type))
+        return real(ctx, cfg, emb, cls, out)
 
-    monkeypatch.setattr(_lib.lib, "todre_tensor_from_dlpack", spy)
+    monkeypatch.setattr(_lib.lib, "todre_select", spy)
     t = torch.randn(128, 32, device="cuda", dtype=torch.bfloat16)
     out = todre.select(t, keep=8)
-    assert seen[0] == (t.data_ptr(), 2) and seen[1][0] == out.data_ptr()
+    assert seen == [(t.data_ptr(), 2), (out.data_ptr(), 2)]
+
+
+def test_cuda_registry_and_context():
+    info = next(b for b in todre.backends() if b.name == "cuda")
+    assert info.available and info.device_type == todre.DeviceType.CUDA
+    assert info.device_count == torch.cuda.device_count()
+    dev = todre.devices("cuda")[0]
+    assert dev.compute_capability == torch.cuda.get_device_capability(0)
+    assert dev.arch == "sm_%d%d" % dev.compute_capability
+    ctx = todre.Context("cuda")
+    assert (ctx.backend, ctx.device_type, ctx.device) == ("cuda", todre.DeviceType.CUDA, 0)
+
+
+def test_cuda_offsets_and_types_are_copied_through_the_context(rng):
+    E = torch.randn(60, 16, device="cuda")
+    offs = torch.tensor([0, 20, 60], device="cuda")
+    out, out_offs = todre.select_batch(E, offsets=offs, keep=3)
+    assert out_offs.tolist() == [0, 3, 6]
+    want, _ = todre.select_batch(E.cpu(), offsets=[0, 20, 60], keep=3)
+    assert out.cpu().tolist() == want.tolist()
+    ctx = todre.Context("cuda")
+    host = ctx.to_host(offs)
+    assert isinstance(host, np.ndarray) and host.tolist() == [0, 20, 60]
+    back = torch.zeros(3, dtype=torch.int64, device="cuda")
+    ctx.copy(back, host)
+    assert back.tolist() == [0, 20, 60]
 
 
 def test_cuda_batch_and_relevance(rng):

@@ -67,8 +67,7 @@ CASES = [
     ("None", dict(embeddings=None, keep=2), Status.INVALID_ARGUMENT, "embeddings"),
     ("ragged list", dict(embeddings=[[1.0, 2.0], [3.0]], keep=1), Status.INVALID_ARGUMENT,
      "embeddings"),
-    ("backend", dict(embeddings=E, keep=2, backend="tpu"), Status.INVALID_ARGUMENT,
-     "backend"),
+    ("backend", dict(embeddings=E, keep=2, backend=3), Status.INVALID_ARGUMENT, "backend"),
 ]
 
 
@@ -81,6 +80,13 @@ def test_bad_select_input_raises(case):
     assert e.value.message
     assert word.lower() in e.value.message.lower()
     assert str(e.value).startswith("TODRE_ERR_")
+
+
+def test_unregistered_backend_is_an_error_naming_it():
+    with pytest.raises(TodreError) as e:
+        todre.select(E, keep=2, backend="tpu")
+    assert e.value.status in (Status.BACKEND_UNAVAILABLE, Status.INVALID_ARGUMENT)
+    assert "tpu" in e.value.message
 
 
 def test_cuda_backend_for_host_data_is_an_error():

@@ -1,4 +1,5 @@
-"""Library discovery order, the version check at import, version and backends."""
+"""Library discovery order, the version check at import, the package version
+(CMakeLists.txt's, through setup.py), and the backend registry."""
 
 import os
 import shutil
@@ -6,12 +7,15 @@ import subprocess
 import sys
 import textwrap
 
+import importlib.util
+
 import pytest
 
 import todre
 from todre import _lib
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(todre.__file__)))
+PKG_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 
 def _import_in_subprocess(env_lib, pkg_root=SRC):
@@ -27,7 +31,38 @@ def _import_in_subprocess(env_lib, pkg_root=SRC):
 def test_version_matches_the_loaded_library():
     major, minor, patch = todre.version_info()
     assert todre.version() == f"{major}.{minor}.{patch}"
-    assert major == _lib.REQUIRED_MAJOR and minor >= _lib.REQUIRED_MINOR
+    assert major == _lib.REQUIRED_MAJOR == 1 and minor >= _lib.REQUIRED_MINOR
+
+
+def _setup_py():
+    spec = importlib.util.spec_from_file_location("todre_setup", os.path.join(PKG_DIR,
+                                                                              "setup.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_package_version_is_the_library_version():
+    """__version__ (the distribution's, else the library's) equals the loaded
+    library's todre_version_string(), and so does the version setup.py gives
+    the distribution (read from CMakeLists.txt)."""
+    assert todre.__version__ == _lib.lib.todre_version_string().decode()
+    assert _setup_py().package_version() == todre.version()
+
+
+def test_setup_py_fails_loudly_without_a_cmake_version(tmp_path, monkeypatch):
+    setup = _setup_py()
+    lists = tmp_path / "CMakeLists.txt"
+    lists.write_text("cmake_minimum_required(VERSION 3.21)\nproject(todre LANGUAGES C)\n")
+    monkeypatch.setenv("TODRE_CMAKE_LISTS", str(lists))
+    with pytest.raises(RuntimeError, match="no 'project\\(todre VERSION"):
+        setup.package_version()
+    lists.write_text("project(todre VERSION 7.8.9\n  LANGUAGES C)\n")
+    assert setup.package_version() == "7.8.9"
+    monkeypatch.delenv("TODRE_CMAKE_LISTS")
+    monkeypatch.setattr(setup, "HERE", str(tmp_path / "nowhere" / "bindings" / "python"))
+    with pytest.raises(RuntimeError, match="cannot find the repository's CMakeLists.txt"):
+        setup.package_version()
 
 
 def test_env_var_overrides_the_search():
@@ -61,21 +96,22 @@ def test_copy_next_to_the_package_is_found(tmp_path):
     pkg = tmp_path / "todre"
     shutil.copytree(os.path.dirname(todre.__file__), pkg,
                     ignore=shutil.ignore_patterns("__pycache__", "libtodre.so*"))
-    shutil.copy(todre.library_path, pkg / "libtodre.so.0")
+    shutil.copy(todre.library_path, pkg / "libtodre.so.1")
     out = _import_in_subprocess(None, pkg_root=str(tmp_path))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(pkg / "libtodre.so.0")
+    assert out.stdout.strip() == str(pkg / "libtodre.so.1")
 
 
-@pytest.mark.parametrize("number,ok", [(100, True), (199, True), (101, True), (500, True),
-                                       (10100, False), (99, False), (0, False)])
+@pytest.mark.parametrize("number,ok", [(10000, True), (10001, True), (10100, True),
+                                       (19999, True), (20000, False), (100, False),
+                                       (9999, False), (0, False)])
 def test_version_check_rule(number, ok):
-    """Same major and at least the required minor (0.1): 0.1.x and 0.5 pass,
-    1.1 and 0.0.99 do not."""
+    """Same major and at least the required minor (1.0): 1.0.x and 1.99 pass,
+    2.0 and 0.x do not."""
     if ok:
         _lib.check_version(number)
     else:
-        with pytest.raises(ImportError, match="needs 0.x with x >= 1"):
+        with pytest.raises(ImportError, match="needs 1.x with x >= 0"):
             _lib.check_version(number)
 
 
@@ -85,24 +121,24 @@ def test_incompatible_library_is_refused_at_import(tmp_path):
         pytest.skip("no C compiler to build a fake library")
     src = tmp_path / "fake.c"
     src.write_text(textwrap.dedent("""
-        unsigned todre_version_number(void) { return 10203; }
+        unsigned todre_version_number(void) { return 100; }
     """))
-    so = tmp_path / "libtodre.so.0"
+    so = tmp_path / "libtodre.so.1"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     out = _import_in_subprocess(str(so))
     assert out.returncode != 0
-    assert "version 1.2.3" in out.stderr and "needs 0.x" in out.stderr
+    assert "version 0.1.0" in out.stderr and "needs 1.x" in out.stderr
 
 
-def test_backends():
-    names = todre.backends()
-    assert "cpu" in names and set(names) <= {"cpu", "cuda"}
-    ok, reason = todre.backend_available("cpu")
-    assert ok and reason == ""
-    ok, reason = todre.backend_available("cuda")
-    assert ok == ("cuda" in names)
-    if not ok:
-        assert reason  # says why
-    with pytest.raises(todre.TodreError) as e:
-        todre.backend_available("tpu")
-    assert e.value.status == todre.Status.INVALID_ARGUMENT
+def test_a_library_lacking_a_function_is_refused_at_import(tmp_path):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build a fake library")
+    src = tmp_path / "fake.c"
+    src.write_text("unsigned todre_version_number(void) { return 10000; }\n")
+    so = tmp_path / "libtodre.so.1"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    out = _import_in_subprocess(str(so))
+    assert out.returncode != 0 and "lacks the symbol" in out.stderr
+
+

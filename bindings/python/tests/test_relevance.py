@@ -1,4 +1,4 @@
-"""todre.Relevance against the stage-2 formula of DESIGN.md section 3 (float64)."""
+"""todre.Relevance against the stage-2 formula of docs/semantics.md (float64)."""
 
 import numpy as np
 import pytest
@@ -22,6 +22,17 @@ def test_default_probe_layer_is_seven_eighths():
     rel = todre.Relevance(32)
     assert rel.is_probe(28) and not rel.is_probe(27) and not rel.is_probe(29)
     assert rel.tau == pytest.approx(0.10)
+    assert rel.probe_layers == [28] and rel.schedule == todre.Schedule.LIST
+
+
+def test_probe_layers_are_read_back_sorted_and_distinct():
+    rel = todre.Relevance(12, probe_layers=[9, 3, 9, 0])
+    assert rel.probe_layers == [0, 3, 9]
+    assert [j for j in range(12) if rel.is_probe(j)] == [0, 3, 9]
+    rel.reset("params")
+    assert rel.probe_layers == [10]
+    rel.set_probe_layers(np.arange(12))
+    assert rel.probe_layers == list(range(12))
 
 
 def test_ratios_from_probabilities_equal_the_formula(rng):

@@ -9,26 +9,30 @@ caller's kind on the caller's device. Foreign calls release the GIL.
 The Hugging Face transformers integration is :mod:`todre.hf`.
 """
 
-import ctypes as _ctypes
+import os as _os
 
 from ._lib import lib as _cdll, path as library_path
-from ._enums import (Backend, ContextParam, Decision, Device, DType, Objective, Order,
-                     Pivot, Schedule, SelectParam, Status, TokenType)
+from ._api import (DataTypeCode, Decision, DeviceType, Objective, Order, Param, ParamType,
+                   Pivot, Reset, Schedule, Status, TokenType)
+from ._enums import Backend, ContextParam, RelevanceParam, SelectParam
 from ._errors import TodreError
+from ._params import ParamInfo, param_info
+from ._registry import (BackendInfo, DeviceInfo, available_backends, backend_available,
+                        backends, devices)
 from ._context import Context
-from ._select import select, select_batch
+from ._select import SelectConfig, select, select_batch
 from ._relevance import Relevance
 
-__version__ = "0.1.0"
-
-__all__ = ["select", "select_batch", "Context", "Relevance", "TodreError", "version",
-           "version_info", "backends", "backend_available", "library_path",
-           "Backend", "ContextParam", "Decision", "Device", "DType", "Objective", "Order",
-           "Pivot", "Schedule", "SelectParam", "Status", "TokenType"]
+__all__ = ["select", "select_batch", "Context", "SelectConfig", "Relevance", "TodreError",
+           "version", "version_info", "backends", "available_backends", "backend_available",
+           "devices", "param_info", "library_path", "BackendInfo", "DeviceInfo", "ParamInfo",
+           "Backend", "ContextParam", "DataTypeCode", "Decision", "DeviceType", "Objective",
+           "Order", "Param", "ParamType", "Pivot", "RelevanceParam", "Reset", "Schedule",
+           "SelectParam", "Status", "TokenType"]
 
 
 def version():
-    """The loaded libtodre's version string, e.g. '0.1.0'."""
+    """The loaded libtodre's version string, e.g. '1.0.0'."""
     return _cdll.todre_version_string().decode()
 
 
@@ -38,18 +42,20 @@ def version_info():
     return n // 10000, (n // 100) % 100, n % 100
 
 
-def backend_available(backend):
-    """(available, reason) for 'cpu' or 'cuda'; reason is '' when available."""
-    from ._enums import parse
-    kind = parse(Backend, backend, "backend")
-    flag = _ctypes.c_int()
-    status = _cdll.todre_backend_available(int(kind), _ctypes.byref(flag))
-    reason = (_cdll.todre_last_error() or b"").decode(errors="replace")
-    if status != 0:
-        raise TodreError(status, reason)
-    return bool(flag.value), "" if flag.value else reason
+def _package_version():
+    """The installed distribution's version (pyproject's, i.e. CMakeLists.txt's),
+    when the metadata found belongs to this very copy of the package; else the
+    loaded library's (e.g. when imported from the source tree)."""
+    try:
+        from importlib import metadata
+        dist = metadata.distribution("todre")
+        here = _os.path.realpath(_os.path.dirname(__file__))
+        mine = _os.path.realpath(_os.path.dirname(str(dist.locate_file("todre/__init__.py"))))
+        if mine == here:
+            return dist.version
+    except Exception:  # no metadata (source tree), or an unreadable one
+        pass
+    return version()
 
 
-def backends():
-    """Names of the backends that can run here, e.g. ['cpu'] or ['cpu', 'cuda']."""
-    return [name for name in ("cpu", "cuda") if backend_available(name)[0]]
+__version__ = _package_version()

@@ -1,36 +1,56 @@
 """todre.Context: one backend instance with its reusable workspace."""
 
+import contextlib
 import ctypes
 import threading
 
-from ._enums import Backend, ContextParam, Device, Status, parse
-from ._errors import TodreError, check
+import numpy as np
+
+from ._api import DeviceType, DLDevice, Reset, Status
+from ._enums import ContextParam, parse
+from ._errors import TodreError, check, invalid
 from ._handle import OwnsHandle
 from ._lib import lib
-from ._tensor import current_stream, device_of
+from ._params import _Kind
+from ._registry import backend_for_device_type, backend_name
+from ._tensor import Borrowed, current_stream, dl_device_of, numpy_dtype
+
+_PARAMS = _Kind("context", ContextParam)
 
 
 class Context(OwnsHandle):
-    """A libtodre context: a backend (CPU or CUDA), its workspace and its errors.
+    """A libtodre context: a backend on one device, its workspace and its errors.
 
     Reusing a context across calls avoids re-allocating the workspace. One
     thread at a time may use a context (the module-level functions keep one
     per thread and device for you).
 
     Args:
-        backend: 'auto' (CUDA if it can run, else CPU), 'cpu' or 'cuda'.
-        device: CUDA device ordinal (ignored for CPU).
+        backend: a registered backend name ('cpu', 'cuda', ...; see
+            todre.backends()) or 'auto' (the first available backend after
+            'cpu', else 'cpu').
+        device: device index of that backend (0 for 'cpu').
         workspace_limit: bytes a strategy may use beyond O(n*d) (default 256 MiB).
-        select_strategy: 0 automatic, 1 matrix-vector, 2 Gram matrix, 3 speculative Gram rows.
-        num_threads: CPU threads, 0 = all.
+        select_strategy: experimental: 0 automatic, 1 matrix-vector, 2 Gram
+            matrix, 3 speculative Gram rows.
+        num_threads: threads of libtodre's own CPU kernels for this context, 0 = all.
     """
 
     def __init__(self, backend="auto", device=0, workspace_limit=None,
                  select_strategy=None, num_threads=None):
         self._handle = ctypes.c_void_p()
-        kind = parse(Backend, backend, "backend")
-        check(lib.todre_context_create(int(kind), int(device), ctypes.byref(self._handle)))
-        self.device = int(device)
+        name = backend_name(backend)
+        if not isinstance(device, int) or isinstance(device, bool):
+            raise invalid(f"device: expected an int, got {device!r}")
+        check(lib.todre_context_create(name.encode(), int(device), ctypes.byref(self._handle)))
+        self._backend = (lib.todre_context_backend(self._handle) or b"").decode()
+        dev = DLDevice()
+        check(lib.todre_context_device(self._handle, ctypes.byref(dev)), self._handle)
+        try:
+            self.device_type = DeviceType(dev.device_type)
+        except ValueError:
+            self.device_type = int(dev.device_type)
+        self.device = int(dev.device_id)
         for param, value in ((ContextParam.WORKSPACE_LIMIT, workspace_limit),
                              (ContextParam.SELECT_STRATEGY, select_strategy),
                              (ContextParam.NUM_THREADS, num_threads)):
@@ -46,21 +66,29 @@ class Context(OwnsHandle):
 
     @property
     def backend(self):
-        """The backend the context runs on: Backend.CPU or Backend.CUDA."""
-        out = ctypes.c_int()
-        check(lib.todre_context_backend(self.handle, ctypes.byref(out)), self._handle)
-        return Backend(out.value)
+        """The name of the backend the context runs on ('cpu', 'cuda'; never 'auto').
+        Compares equal to the todre.Backend members."""
+        self.handle  # noqa: B018 - raises on a closed context
+        return self._backend
+
+    @property
+    def on_host(self):
+        """Whether the context computes on host memory."""
+        return self.device_type in (DeviceType.CPU, DeviceType.CUDA_HOST)
 
     def set_param(self, param, value):
-        param = parse(ContextParam, param, "param")
-        check(lib.todre_context_set_param(self.handle, int(param), int(value)), self._handle)
+        """Set a context parameter: a todre.ContextParam / todre.Param, or a name
+        such as 'workspace-limit'. Integers or floats as the parameter's type."""
+        _PARAMS.set(self.handle, param, value, self._handle)
 
     def get_param(self, param):
-        param = parse(ContextParam, param, "param")
-        out = ctypes.c_int64()
-        check(lib.todre_context_get_param(self.handle, int(param), ctypes.byref(out)),
+        return _PARAMS.get(self.handle, param, self._handle)
+
+    def reset(self, what="all"):
+        """'state' frees the cached workspace, 'params' restores the defaults,
+        'all' both. The stream is kept."""
+        check(lib.todre_context_reset(self.handle, int(parse(Reset, what, "what"))),
               self._handle)
-        return out.value
 
     def set_stream(self, stream):
         """Set the CUDA stream (an int cudaStream_t, or a torch/cupy stream object)."""
@@ -75,12 +103,35 @@ class Context(OwnsHandle):
     def last_error(self):
         return (lib.todre_context_last_error(self._handle) or b"").decode(errors="replace")
 
+    def copy(self, dst, src):
+        """Copy `src` into `dst` (same dtype and shape, compact), each on the host
+        or on this context's device, through todre_context_copy(): no device
+        runtime is needed in Python. Returns `dst`."""
+        with contextlib.ExitStack() as stack:
+            s = stack.enter_context(Borrowed(src, "src"))
+            d = stack.enter_context(Borrowed(dst, "dst", writable=True))
+            check(lib.todre_context_copy(self.handle, d.ref, s.ref), self._handle)
+        return dst
+
+    def to_host(self, array, what="array"):
+        """A NumPy copy of an array that lives on this context's device (an array
+        already on the host is returned as is)."""
+        if dl_device_of(array)[0] == DeviceType.CPU:
+            return array
+        with Borrowed(array, what) as b:
+            out = np.empty(b.shape, dtype=numpy_dtype(b))
+            if b.tensor.strides and not _compact(b):
+                raise invalid(f"{what}: a device array must be compact to be copied to "
+                              "the host")
+        return self.copy(out, array)
+
     def follow(self, obj):
         """Enqueue on the stream `obj`'s library is using; returns that stream (or None)."""
-        if device_of(obj)[0] != Device.CUDA or self.backend != Backend.CUDA:
+        if self.on_host or dl_device_of(obj)[0] == DeviceType.CPU:
             return None
         stream = current_stream(obj)
-        self.set_stream(stream)
+        if stream is not None:
+            self.set_stream(stream)
         return stream
 
     def select(self, embeddings, **kwargs):
@@ -101,7 +152,18 @@ class Context(OwnsHandle):
     def __repr__(self):
         if not self._handle:
             return "<todre.Context closed>"
-        return f"<todre.Context backend={self.backend.name.lower()} device={self.device}>"
+        return f"<todre.Context backend={self._backend} device={self.device}>"
+
+
+def _compact(b):
+    """Whether a borrowed array's strides are the row-major ones."""
+    shape, t = b.shape, b.tensor
+    expect = 1
+    for i in reversed(range(len(shape))):
+        if shape[i] != 1 and t.strides[i] != expect:
+            return False
+        expect *= shape[i]
+    return True
 
 
 _local = threading.local()
@@ -110,18 +172,20 @@ _local = threading.local()
 def context_for(obj, backend="auto"):
     """A cached per-thread Context for `obj`'s device under `backend`.
 
-    'auto' follows the data: host arrays run on the CPU backend, CUDA arrays
-    on the CUDA backend of their device.
+    'auto' follows the data: host arrays run on the CPU backend, device arrays
+    on the registered backend of their device type (CUDA arrays on 'cuda').
     """
-    kind = parse(Backend, backend, "backend")
-    dev, index = device_of(obj)
-    if kind == Backend.AUTO:
-        kind = Backend.CUDA if dev == Device.CUDA else Backend.CPU
+    name = backend_name(backend)
+    dev, index = dl_device_of(obj)
+    if name == "auto":
+        name = backend_for_device_type(dev)
+    if name == "cpu":
+        index = 0
     cache = getattr(_local, "contexts", None)
     if cache is None:
         cache = _local.contexts = {}
-    key = (int(kind), index if kind == Backend.CUDA else 0)
+    key = (name, index)
     ctx = cache.get(key)
     if ctx is None:
-        ctx = cache[key] = Context(kind, key[1])
+        ctx = cache[key] = Context(name, index)
     return ctx

@@ -1,94 +1,44 @@
-"""The C enumerations (values pinned by todre.h) and their Python spellings."""
+"""Python spellings of the C enumerations (declared once, in _api.py)."""
 
 import enum
 
+from ._api import (DataTypeCode, Decision, DeviceType, Objective, Order, Param, ParamType,
+                   Pivot, Reset, Schedule, Status, TokenType)
 
-class Status(enum.IntEnum):
-    OK = 0
-    INVALID_ARGUMENT = 1
-    OUT_OF_MEMORY = 2
-    BACKEND_UNAVAILABLE = 3
-    NONFINITE = 4
-    UNSUPPORTED = 5
-    DEVICE = 6
-    STATE = 7
-    INTERNAL = 8
+__all__ = ["Backend", "ContextParam", "DataTypeCode", "Decision", "DeviceType", "Objective",
+           "Order", "Param", "ParamType", "Pivot", "RelevanceParam", "Reset", "Schedule",
+           "SelectParam", "Status", "TokenType", "parse"]
 
 
-class Backend(enum.IntEnum):
-    AUTO = 0
-    CPU = 1
-    CUDA = 2
+class Backend(str, enum.Enum):
+    """Well-known backend names. Contexts take any registered name (see
+    todre.backends()); members compare equal to their name strings."""
+    AUTO = "auto"
+    CPU = "cpu"
+    CUDA = "cuda"
+
+    def __str__(self):
+        return self.value
 
 
-class DType(enum.IntEnum):
-    F32 = 0
-    F16 = 1
-    BF16 = 2
-    I32 = 3
-    I64 = 4
-    U8 = 5
+# The parameters of each handle kind under their short names; the values are
+# the C ones (todre_param), so a member can be passed wherever a Param can.
+ContextParam = enum.IntEnum("ContextParam", {
+    "WORKSPACE_LIMIT": int(Param.CONTEXT_WORKSPACE_LIMIT),
+    "NUM_THREADS": int(Param.CONTEXT_NUM_THREADS),
+    "SELECT_STRATEGY": int(Param.CONTEXT_EXP_SELECT_STRATEGY),  # experimental
+}, module=__name__)
+ContextParam.__doc__ = "Context parameters (TODRE_CONTEXT_*), C values."
 
+SelectParam = enum.IntEnum("SelectParam", {
+    name[len("SELECT_"):]: int(member) for name, member in Param.__members__.items()
+    if name.startswith("SELECT_")}, module=__name__)
+SelectParam.__doc__ = "Selection parameters (TODRE_SELECT_*), C values."
 
-class Device(enum.IntEnum):
-    HOST = 0
-    CUDA = 1
-
-
-class Objective(enum.IntEnum):
-    MAX_SUM = 0
-    MAX_MIN = 1
-    CLS_TOPK = 2
-
-
-class Pivot(enum.IntEnum):
-    AUTO = 0
-    CLS = 1
-    CENTER = 2
-    FARTHEST = 3
-    RANDOM = 4
-    ISOLATED = 5
-
-
-class Order(enum.IntEnum):
-    POSITION = 0
-    SELECTION = 1
-    BOTH = 2
-
-
-class TokenType(enum.IntEnum):
-    SYSTEM = 0
-    VISUAL = 1
-    TEXT = 2
-
-
-class Schedule(enum.IntEnum):
-    LIST = 0
-    UNTIL_DROP = 1
-
-
-class Decision(enum.IntEnum):
-    NOT_PROBED = 0
-    KEEP = 1
-    DROP = 2
-    ALREADY_DROPPED = 3
-    PENDING = 4  # a chunk of a chunked prefill; decided by the chunk that ends at the last position
-
-
-class ContextParam(enum.IntEnum):
-    WORKSPACE_LIMIT = 0
-    SELECT_STRATEGY = 1
-    NUM_THREADS = 2
-
-
-class SelectParam(enum.IntEnum):
-    OBJECTIVE = 0
-    PIVOT = 1
-    PIVOT_LO = 2
-    PIVOT_HI = 3
-    KEEP = 4
-    SEED = 5
-    ORDER = 6
+RelevanceParam = enum.IntEnum("RelevanceParam", {
+    name[len("RELEVANCE_"):]: int(member) for name, member in Param.__members__.items()
+    if name.startswith("RELEVANCE_")}, module=__name__)
+RelevanceParam.__doc__ = "Relevance parameters (TODRE_RELEVANCE_*), C values."
 
 
 def parse(enum_cls, value, what):

@@ -1,6 +1,6 @@
 """TodreError: a failed libtodre call, with its status and the C message."""
 
-from ._enums import Status
+from ._api import Status
 from ._lib import lib
 
 

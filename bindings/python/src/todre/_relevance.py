@@ -5,13 +5,17 @@ import ctypes
 
 import numpy as np
 
+from ._api import Decision, Reset, Schedule, Status
 from ._context import context_for
-from ._enums import Decision, Schedule, parse
-from ._errors import check, invalid
+from ._enums import RelevanceParam, parse
+from ._errors import TodreError, check, invalid
 from ._handle import OwnsHandle
 from ._lib import lib
+from ._params import _Kind
 from ._select import _integer, _prepare
-from ._tensor import Borrowed
+from ._tensor import Borrowed, is_host
+
+_PARAMS = _Kind("relevance", RelevanceParam)
 
 
 class Relevance(OwnsHandle):
@@ -47,57 +51,83 @@ class Relevance(OwnsHandle):
 
     @property
     def handle(self):
+        """The raw todre_relevance*; invalid after close()."""
+        if not self._handle:
+            raise TodreError(Status.STATE, "relevance: already closed")
         return self._handle
+
+    def set_param(self, param, value):
+        """Set a relevance parameter (todre.RelevanceParam / todre.Param or a name)."""
+        _PARAMS.set(self.handle, param, value)
+
+    def get_param(self, param):
+        return _PARAMS.get(self.handle, param)
 
     @property
     def tau(self):
-        out = ctypes.c_double()
-        check(lib.todre_relevance_get_tau(self._handle, ctypes.byref(out)))
-        return out.value
+        return self.get_param(RelevanceParam.TAU)
 
     @tau.setter
     def tau(self, value):
-        try:
-            value = float(value)
-        except (TypeError, ValueError):
-            raise invalid(f"tau: expected a number, got {value!r}") from None
-        check(lib.todre_relevance_set_tau(self._handle, value))
+        if isinstance(value, (bool, np.bool_)) or not isinstance(
+                value, (int, float, np.integer, np.floating)):
+            raise invalid(f"tau: expected a number, got {value!r}")
+        self.set_param(RelevanceParam.TAU, float(value))
 
-    def set_probe_layers(self, layers):
-        arr = np.ascontiguousarray(np.atleast_1d(np.asarray(layers)), dtype=np.int64) \
-            if np.asarray(layers).dtype.kind in "iu" else None
-        if arr is None:
-            raise invalid(f"probe_layers: expected integers, got {layers!r}")
-        check(lib.todre_relevance_set_probe_layers(
-            self._handle, arr.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)), arr.size))
+    @property
+    def schedule(self):
+        return Schedule(self.get_param(RelevanceParam.SCHEDULE))
 
     def set_schedule(self, schedule):
-        check(lib.todre_relevance_set_schedule(self._handle,
-                                               int(parse(Schedule, schedule, "schedule"))))
+        self.set_param(RelevanceParam.SCHEDULE, parse(Schedule, schedule, "schedule"))
+
+    def set_probe_layers(self, layers):
+        """Probe layers (host ints, any order, duplicates ignored)."""
+        try:
+            arr = np.atleast_1d(np.asarray(layers))
+        except (TypeError, ValueError) as exc:
+            raise invalid(f"probe_layers: {exc}") from exc
+        if arr.dtype.kind not in "iu" or arr.ndim != 1:
+            raise invalid(f"probe_layers: expected a list of integers, got {layers!r}")
+        arr = np.ascontiguousarray(arr, dtype=np.int64)
+        with Borrowed(arr, "probe_layers") as b:
+            check(lib.todre_relevance_set_probe_layers(self.handle, b.ref))
+
+    @property
+    def probe_layers(self):
+        """The probe layers, ascending and distinct (list of int)."""
+        count = ctypes.c_int64()
+        check(lib.todre_relevance_get_probe_layers(self.handle, None, ctypes.byref(count)))
+        out = np.empty(count.value, dtype=np.int64)
+        with Borrowed(out, "out", writable=True) as b:
+            check(lib.todre_relevance_get_probe_layers(self.handle, b.ref, ctypes.byref(count)))
+        return out[:count.value].tolist()
 
     def is_probe(self, layer, seq=0):
         """Whether `layer` will be probed for sequence `seq` (given decisions so far)."""
         out = ctypes.c_int()
-        check(lib.todre_relevance_is_probe(self._handle, _integer(seq, "seq"),
+        check(lib.todre_relevance_is_probe(self.handle, _integer(seq, "seq"),
                                            _integer(layer, "layer"), ctypes.byref(out)))
         return bool(out.value)
 
     def set_types(self, types):
         """Token types per position: [K] (all sequences) or [batch, K], values
         0 SYSTEM, 1 VISUAL, 2 TEXT (any integer array; copied as uint8)."""
-        arr = _host_types(types)
+        arr = _host_types(types, self)
         with Borrowed(arr, "types") as t:
-            check(lib.todre_relevance_set_types(self._handle, t.handle))
+            check(lib.todre_relevance_set_types(self.handle, t.ref))
 
     def set_layout(self, n_system, n_visual, n_text):
         """Types for the contiguous layout [system | visual | text]."""
-        check(lib.todre_relevance_set_layout(self._handle, _integer(n_system, "n_system"),
+        check(lib.todre_relevance_set_layout(self.handle, _integer(n_system, "n_system"),
                                              _integer(n_visual, "n_visual"),
                                              _integer(n_text, "n_text")))
 
-    def reset(self):
-        """Forget every observation (keeps layers, tau, schedule, types)."""
-        check(lib.todre_relevance_reset(self._handle))
+    def reset(self, what="state"):
+        """'state' (default) forgets every observation and decision (keeps layers,
+        tau, schedule, types); 'params' restores tau, the schedule and the default
+        probe layers; 'all' both."""
+        check(lib.todre_relevance_reset(self.handle, int(parse(Reset, what, "what"))))
 
     def _ctx(self, like):
         return self.context if self.context is not None else context_for(like)
@@ -109,13 +139,15 @@ class Relevance(OwnsHandle):
         """
         attn = _prepare(attn, "attn")
         ctx = self._ctx(attn)
-        decisions = (ctypes.c_int * self.batch)()
+        decisions = np.zeros(self.batch, dtype=np.int32)
         stream = ctx.follow(attn)
-        with Borrowed(attn, "attn", stream) as a:
-            check(lib.todre_relevance_observe_probs(ctx.handle, self._handle,
-                                                    _integer(layer, "layer"), a.handle,
-                                                    decisions), ctx.handle)
-        return [Decision(d) for d in decisions]
+        with contextlib.ExitStack() as stack:
+            a = stack.enter_context(Borrowed(attn, "attn", stream))
+            d = stack.enter_context(Borrowed(decisions, "decisions", writable=True))
+            check(lib.todre_relevance_observe_probs(ctx.handle, self.handle,
+                                                    _integer(layer, "layer"), a.ref, d.ref),
+                  ctx.handle)
+        return [Decision(int(x)) for x in decisions]
 
     def observe_qk(self, layer, q, k, scale=0.0):
         """Observe post-RoPE queries [(B,) H, Q, dh] and keys [(B,) H_kv, K, dh].
@@ -125,7 +157,7 @@ class Relevance(OwnsHandle):
         q = _prepare(q, "q")
         k = _prepare(k, "k")
         ctx = self._ctx(q)
-        decisions = (ctypes.c_int * self.batch)()
+        decisions = np.zeros(self.batch, dtype=np.int32)
         try:
             scale = float(scale)
         except (TypeError, ValueError):
@@ -134,16 +166,17 @@ class Relevance(OwnsHandle):
         with contextlib.ExitStack() as stack:
             qb = stack.enter_context(Borrowed(q, "q", stream))
             kb = stack.enter_context(Borrowed(k, "k", stream))
-            check(lib.todre_relevance_observe_qk(ctx.handle, self._handle,
-                                                 _integer(layer, "layer"), qb.handle,
-                                                 kb.handle, scale, decisions), ctx.handle)
-        return [Decision(d) for d in decisions]
+            d = stack.enter_context(Borrowed(decisions, "decisions", writable=True))
+            check(lib.todre_relevance_observe_qk(ctx.handle, self.handle,
+                                                 _integer(layer, "layer"), qb.ref, kb.ref,
+                                                 scale, d.ref), ctx.handle)
+        return [Decision(int(x)) for x in decisions]
 
     def ratios(self, layer, seq=0):
         """(alpha_t2v, alpha_v2t) observed at `layer` for `seq` (TodreError STATE if
         that layer was not probed)."""
         t2v, v2t = ctypes.c_double(), ctypes.c_double()
-        check(lib.todre_relevance_ratios(self._handle, _integer(seq, "seq"),
+        check(lib.todre_relevance_ratios(self.handle, _integer(seq, "seq"),
                                          _integer(layer, "layer"), ctypes.byref(t2v),
                                          ctypes.byref(v2t)))
         return t2v.value, v2t.value
@@ -151,7 +184,7 @@ class Relevance(OwnsHandle):
     def drop_layer(self, seq=0):
         """The layer that decided to drop for `seq`, or None."""
         out = ctypes.c_int64()
-        check(lib.todre_relevance_drop_layer(self._handle, _integer(seq, "seq"),
+        check(lib.todre_relevance_drop_layer(self.handle, _integer(seq, "seq"),
                                              ctypes.byref(out)))
         return None if out.value < 0 else out.value
 
@@ -159,12 +192,11 @@ class Relevance(OwnsHandle):
         """Every non-visual position, ascending (NumPy int64): what to keep after a drop."""
         seq = _integer(seq, "seq")
         count = ctypes.c_int64()
-        check(lib.todre_relevance_keep_positions(self._handle, seq, None, 0,
-                                                 ctypes.byref(count)))
+        check(lib.todre_relevance_keep_positions(self.handle, seq, None, ctypes.byref(count)))
         out = np.empty(count.value, dtype=np.int64)
-        check(lib.todre_relevance_keep_positions(
-            self._handle, seq, out.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
-            out.size, ctypes.byref(count)))
+        with Borrowed(out, "out", writable=True) as b:
+            check(lib.todre_relevance_keep_positions(self.handle, seq, b.ref,
+                                                     ctypes.byref(count)))
         return out[:count.value]
 
     def close(self):
@@ -173,9 +205,11 @@ class Relevance(OwnsHandle):
             self._handle = ctypes.c_void_p()
 
 
-def _host_types(types):
+def _host_types(types, rel):
     if hasattr(types, "detach"):
-        types = types.detach().cpu()
+        types = types.detach()
+    if hasattr(types, "__dlpack_device__") and not is_host(types):
+        types = rel._ctx(types).to_host(types, "types")   # todre_context_copy
     try:
         arr = np.asarray(types)
     except (TypeError, ValueError) as exc:

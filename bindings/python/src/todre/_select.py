@@ -5,15 +5,24 @@ import contextlib
 
 import numpy as np
 
+from ._api import Objective, Order, Pivot, Reset, Status
 from ._context import context_for
-from ._enums import Objective, Order, Pivot, SelectParam, parse
-from ._errors import check, invalid
+from ._enums import SelectParam, parse
+from ._errors import TodreError, check, invalid
+from ._handle import OwnsHandle
 from ._lib import lib
-from ._tensor import Borrowed, as_array, empty_int64, finish, kind_of
+from ._params import _Kind
+from ._tensor import Borrowed, as_array, empty_int64, finish, is_host, kind_of, ref
+
+_PARAMS = _Kind("select_config", SelectParam)
 
 
-class SelectConfig:
-    """A todre_select_config built from keyword arguments (host-only state)."""
+class SelectConfig(OwnsHandle):
+    """A todre_select_config built from keyword arguments (host-only state).
+
+    Parameters can also be set and read one by one with set() / get()
+    (todre.SelectParam / todre.Param members or names such as 'pivot-lo').
+    """
 
     def __init__(self, keep=None, ratio=None, objective="max-sum", pivot="auto",
                  pivot_range=None, seed=0, order="position"):
@@ -39,35 +48,39 @@ class SelectConfig:
                 raise invalid(f"keep: must be >= 1, got {k}")
             self.set(SelectParam.KEEP, k)
         elif ratio is not None:
-            try:
-                r = float(ratio)
-            except (TypeError, ValueError):
-                raise invalid(f"ratio: expected a number, got {ratio!r}") from None
-            check(lib.todre_select_config_set_ratio(self._handle, r))
+            if isinstance(ratio, (bool, np.bool_)) or not isinstance(
+                    ratio, (int, float, np.integer, np.floating)):
+                raise invalid(f"ratio: expected a number, got {ratio!r}")
+            self.set(SelectParam.RATIO, float(ratio))
+
+    @property
+    def handle(self):
+        if not self._handle:
+            raise TodreError(Status.STATE, "select config: already closed")
+        return self._handle
 
     def set(self, param, value):
-        check(lib.todre_select_config_set(self._handle, int(param), int(value)))
+        """Set a selection parameter (int or float after its type)."""
+        _PARAMS.set(self.handle, param, value)
 
     def get(self, param):
-        out = ctypes.c_int64()
-        check(lib.todre_select_config_get(self._handle, int(param), ctypes.byref(out)))
-        return out.value
+        """Read a selection parameter."""
+        return _PARAMS.get(self.handle, param)
+
+    def reset(self, what="params"):
+        """Every parameter back to its default."""
+        check(lib.todre_select_config_reset(self.handle, int(parse(Reset, what, "what"))))
+        self.order = Order(self.get(SelectParam.ORDER))
 
     def keep_count(self, n):
         out = ctypes.c_int64()
-        check(lib.todre_select_keep_count(self._handle, int(n), ctypes.byref(out)))
+        check(lib.todre_select_keep_count(self.handle, int(n), ctypes.byref(out)))
         return out.value
 
     def close(self):
         if self._handle:
             lib.todre_select_config_destroy(self._handle)
             self._handle = ctypes.c_void_p()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # interpreter shutdown: the library may be gone already
-            pass
 
 
 def _integer(value, what):
@@ -84,12 +97,9 @@ def _prepare(x, what):
 
 
 def _rows(borrowed, what):
-    rank = ctypes.c_int()
-    shape = (ctypes.c_int64 * 8)()
-    check(lib.todre_tensor_info(borrowed.handle, None, None, ctypes.byref(rank), shape, None))
-    if rank.value < 1:
-        raise invalid(f"{what}: expected [n, d], got a rank-{rank.value} array")
-    return shape[0]
+    if borrowed.ndim < 1:
+        raise invalid(f"{what}: expected [n, d], got a rank-{borrowed.ndim} array")
+    return borrowed.shape[0]
 
 
 def select_on(ctx, embeddings, keep=None, ratio=None, cls=None, objective="max-sum",
@@ -104,8 +114,8 @@ def select_on(ctx, embeddings, keep=None, ratio=None, cls=None, objective="max-s
         k = cfg.keep_count(_rows(e, "embeddings"))
         out = empty_int64(emb, (2, k) if cfg.order == Order.BOTH else (k,))
         o = stack.enter_context(Borrowed(out, "out", stream, writable=True))
-        check(lib.todre_select(ctx.handle, cfg._handle, e.handle,
-                               c.handle if c else None, o.handle), ctx.handle)
+        check(lib.todre_select(ctx.handle, cfg.handle, e.ref, ref(c), o.ref), ctx.handle)
+    cfg.close()
     return finish(emb, out)
 
 
@@ -162,11 +172,13 @@ def _concat(parts, what):
         raise invalid(f"{what}: cannot concatenate the sets: {exc}") from exc
 
 
-def _host_int64(x, what):
+def _host_int64(x, what, ctx):
+    """Host int64 NumPy copy (or view) of an integer sequence or array; device
+    arrays are copied to the host through the context (todre_context_copy)."""
     if kind_of(x) == "torch":
-        x = x.detach().cpu()
-    elif kind_of(x) == "cupy":
-        x = x.get()
+        x = x.detach()
+    if hasattr(x, "__dlpack_device__") and not is_host(x):
+        x = ctx.to_host(x, what)
     try:
         arr = np.asarray(x)
     except (TypeError, ValueError) as exc:
@@ -196,7 +208,7 @@ def select_batch_on(ctx, embeddings, offsets=None, keep=None, ratio=None, cls=No
         if offsets is None:
             raise invalid("offsets: required with concatenated embeddings")
         emb = _prepare(embeddings, "embeddings")
-    offs = _host_int64(offsets, "offsets")
+    offs = _host_int64(offsets, "offsets", ctx)
     if offs.ndim != 1 or offs.size < 2:
         raise invalid(f"offsets: expected [B + 1] with B >= 1, got shape {offs.shape}")
     nsets = offs.size - 1
@@ -204,7 +216,7 @@ def select_batch_on(ctx, embeddings, offsets=None, keep=None, ratio=None, cls=No
     if keep is not None and np.ndim(keep):
         if ratio is not None:
             raise invalid("keep and ratio: give one budget, not both")
-        keep_arr = _host_int64(keep, "keep")
+        keep_arr = _host_int64(keep, "keep", ctx)
         cfg = SelectConfig(None, None, objective, pivot, pivot_range, seed, order)
     else:
         cfg = SelectConfig(keep, ratio, objective, pivot, pivot_range, seed, order)
@@ -220,10 +232,9 @@ def select_batch_on(ctx, embeddings, offsets=None, keep=None, ratio=None, cls=No
         out = empty_int64(emb, (2, total) if cfg.order == Order.BOTH else (total,))
         o = stack.enter_context(Borrowed(out, "out", stream, writable=True))
         oo = stack.enter_context(Borrowed(out_offs, "out_offsets", writable=True))
-        check(lib.todre_select_batch(ctx.handle, cfg._handle, e.handle,
-                                     c.handle if c else None, of.handle,
-                                     kp.handle if kp else None, o.handle, oo.handle),
-              ctx.handle)
+        check(lib.todre_select_batch(ctx.handle, cfg.handle, e.ref, ref(c), of.ref, ref(kp),
+                                     o.ref, oo.ref), ctx.handle)
+    cfg.close()
     out = finish(emb, out)
     if listed:
         return [out[..., out_offs[b]:out_offs[b + 1]] for b in range(nsets)]

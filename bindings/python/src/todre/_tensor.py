@@ -1,12 +1,18 @@
-"""Borrowing caller arrays as todre_tensor descriptors, without copying.
+"""Borrowing caller arrays as DLTensor structs for one call, without copying.
 
-Anything that speaks DLPack (NumPy >= 1.22, PyTorch, CuPy, JAX, ...) is
-described through its capsule: PyCapsule_GetPointer gives the
-DLManagedTensor(Versioned), whose DLTensor goes to todre_tensor_from_dlpack.
-Objects without __dlpack__ but with __array_interface__ are described field
-by field. The capsule (and so the producer's memory) is kept alive until the
-descriptor is destroyed; the capsule is never marked consumed, so its own
-destructor releases the producer's reference as usual.
+libtodre 1.x takes every array as a `const DLTensor *` that it reads during
+the call only. For each call the package builds a ctypes DLTensor per array:
+
+* anything that speaks DLPack (NumPy >= 1.22, PyTorch, CuPy, JAX, ...) is
+  asked for a capsule (`__dlpack__(max_version=(1, 0))`, else the legacy
+  form); PyCapsule_GetPointer gives the DLManagedTensor(Versioned), whose
+  DLTensor is copied field by field into the struct the call receives (the
+  data, shape and strides pointers still point at the producer's memory);
+* objects with only `__array_interface__` are described from its fields.
+
+The capsule (and so the producer's memory) is kept alive until the Borrowed
+object is closed; it is never marked consumed, so its own destructor
+releases the producer's reference as usual. Nothing is copied.
 """
 
 import ctypes
@@ -14,29 +20,12 @@ import sys
 
 import numpy as np
 
-from ._enums import Device, DType, Status
-from ._errors import TodreError, check, invalid
+from ._api import DataTypeCode, DeviceType, DLTensor, Status
+from ._errors import TodreError, invalid
 from ._handle import OwnsHandle
-from ._lib import lib
 
-KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED = 1, 2, 3, 13
 _FLAG_READ_ONLY = 1
-
-
-class DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
-                ("lanes", ctypes.c_uint16)]
-
-
-class DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)),
-                ("byte_offset", ctypes.c_uint64)]
+HOST_DEVICE_TYPES = (DeviceType.CPU, DeviceType.CUDA_HOST)
 
 
 class DLManagedTensor(ctypes.Structure):
@@ -49,6 +38,7 @@ class DLPackVersion(ctypes.Structure):
 
 
 class DLManagedTensorVersioned(ctypes.Structure):
+    """DLPack >= 1.0; its dl_tensor has the same layout as DLPack 0.6's."""
     _fields_ = [("version", DLPackVersion), ("manager_ctx", ctypes.c_void_p),
                 ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64),
                 ("dl_tensor", DLTensor)]
@@ -61,10 +51,16 @@ _capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
 _capsule_valid.restype = ctypes.c_int
 _capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-_TYPESTR = {"f4": DType.F32, "f2": DType.F16, "i4": DType.I32, "i8": DType.I64,
-            "u1": DType.U8, "b1": DType.U8}
-_ITEMSIZE = {DType.F32: 4, DType.F16: 2, DType.BF16: 2, DType.I32: 4, DType.I64: 8,
-             DType.U8: 1}
+# __array_interface__ type kinds -> DLPack codes (the library decides which it accepts).
+_KIND_CODE = {"f": DataTypeCode.FLOAT, "i": DataTypeCode.INT, "u": DataTypeCode.UINT,
+              "b": DataTypeCode.UINT, "c": DataTypeCode.COMPLEX}
+# DLPack (code, bits) -> NumPy dtype, for host copies.
+_NUMPY_DTYPE = {(DataTypeCode.FLOAT, 32): np.float32, (DataTypeCode.FLOAT, 16): np.float16,
+                (DataTypeCode.FLOAT, 64): np.float64, (DataTypeCode.INT, 64): np.int64,
+                (DataTypeCode.INT, 32): np.int32, (DataTypeCode.INT, 16): np.int16,
+                (DataTypeCode.INT, 8): np.int8, (DataTypeCode.UINT, 8): np.uint8,
+                (DataTypeCode.UINT, 16): np.uint16, (DataTypeCode.UINT, 32): np.uint32,
+                (DataTypeCode.UINT, 64): np.uint64, (6, 8): np.bool_}  # 6 = kDLBool
 
 
 def kind_of(obj):
@@ -77,21 +73,26 @@ def kind_of(obj):
     return "other"
 
 
-def device_of(obj):
-    """(Device.HOST or Device.CUDA, index) of an array-like object."""
+def dl_device_of(obj):
+    """(DLPack device type, device id) of an array-like object; host = (kDLCPU, 0)."""
     if hasattr(obj, "__dlpack_device__"):
         try:
             dev_type, dev_id = obj.__dlpack_device__()
         except (TypeError, ValueError, RuntimeError, BufferError) as exc:
             raise invalid(f"array on an unsupported device: {exc}") from exc
         dev_type = int(dev_type)
-        if dev_type in (KDL_CPU, KDL_CUDA_HOST):
-            return Device.HOST, 0
-        if dev_type in (KDL_CUDA, KDL_CUDA_MANAGED):
-            return Device.CUDA, int(dev_id)
-        raise invalid(f"array on DLPack device type {dev_type} is not supported "
-                      "(host and CUDA only)")
-    return Device.HOST, 0
+        if dev_type in HOST_DEVICE_TYPES:
+            return DeviceType.CPU, 0
+        try:
+            dev_type = DeviceType(dev_type)
+        except ValueError:
+            pass
+        return dev_type, int(dev_id)
+    return DeviceType.CPU, 0
+
+
+def is_host(obj):
+    return dl_device_of(obj)[0] == DeviceType.CPU
 
 
 def as_array(obj, what):
@@ -114,8 +115,8 @@ def current_stream(obj):
     the caller's own kernels, without a device-wide synchronisation.
     """
     kind = kind_of(obj)
-    dev, index = device_of(obj)
-    if dev != Device.CUDA:
+    dev, index = dl_device_of(obj)
+    if dev not in (DeviceType.CUDA, DeviceType.CUDA_MANAGED):
         return None
     if kind == "torch":
         import torch
@@ -128,18 +129,19 @@ def current_stream(obj):
 
 
 class Borrowed(OwnsHandle):
-    """A todre_tensor descriptor viewing one caller array (zero-copy).
+    """A DLTensor viewing one caller array for the duration of a call (zero-copy).
 
-    `handle` is the todre_tensor*, `data_ptr` the address of the first element
-    (DLTensor.data + byte_offset). Use as a context manager or call close().
+    `tensor` is the ctypes DLTensor handed to the library (pass `ref`),
+    `data_ptr` the address of the first element (data + byte_offset). Use as
+    a context manager or call close().
     """
 
     def __init__(self, obj, what, stream=None, writable=False):
         self.obj = obj
         self.what = what
         self.capsule = None
-        self.handle = ctypes.c_void_p()
-        self.data_ptr = None
+        self._keep = None  # shape / strides arrays of the __array_interface__ path
+        self.tensor = DLTensor()
         if hasattr(obj, "__dlpack__"):
             self._from_dlpack(stream, writable)
         elif hasattr(obj, "__array_interface__"):
@@ -148,6 +150,36 @@ class Borrowed(OwnsHandle):
             raise invalid(f"{what}: {type(obj).__name__} supports neither DLPack nor "
                           "__array_interface__")
 
+    # -- views of the struct -------------------------------------------------
+    @property
+    def ref(self):
+        """The `const DLTensor *` argument for a foreign call."""
+        return ctypes.byref(self.tensor)
+
+    @property
+    def data_ptr(self):
+        t = self.tensor
+        return (t.data or 0) + t.byte_offset
+
+    @property
+    def ndim(self):
+        return int(self.tensor.ndim)
+
+    @property
+    def shape(self):
+        t = self.tensor
+        return tuple(int(t.shape[i]) for i in range(t.ndim)) if t.ndim else ()
+
+    @property
+    def device(self):
+        return int(self.tensor.device.device_type), int(self.tensor.device.device_id)
+
+    @property
+    def dtype(self):
+        d = self.tensor.dtype
+        return int(d.code), int(d.bits), int(d.lanes)
+
+    # -- construction --------------------------------------------------------
     def _export(self, stream):
         kwargs = {} if stream is None else {"stream": stream if stream else 1}
         try:
@@ -170,53 +202,63 @@ class Borrowed(OwnsHandle):
                                  f"{managed.version.major} is not supported")
             if writable and managed.flags & _FLAG_READ_ONLY:
                 raise invalid(f"{self.what}: output array is read-only")
-            dl_addr = ctypes.addressof(managed.dl_tensor)
+            src = managed.dl_tensor
         elif _capsule_valid(cap, b"dltensor"):
-            dl_addr = _capsule_get(cap, b"dltensor")
+            src = DLTensor.from_address(_capsule_get(cap, b"dltensor"))
         else:
             raise invalid(f"{self.what}: __dlpack__ did not return a DLPack capsule")
-        dl = DLTensor.from_address(dl_addr)
-        self.data_ptr = (dl.data or 0) + dl.byte_offset
-        _named(self.what, lib.todre_tensor_from_dlpack(ctypes.c_void_p(dl_addr),
-                                                       ctypes.byref(self.handle)))
+        ctypes.pointer(self.tensor)[0] = src  # a copy of the producer's struct
 
     def _from_array_interface(self, writable):
         ai = self.obj.__array_interface__
         typestr = ai["typestr"]
-        dtype = _TYPESTR.get(typestr[1:])
-        if dtype is None or (typestr[0] == ">" and sys.byteorder == "little"):
+        code = _KIND_CODE.get(typestr[1:2])
+        if code is None or (typestr[0] == ">" and sys.byteorder == "little") or \
+                (typestr[0] == "<" and sys.byteorder == "big"):
             raise invalid(f"{self.what}: dtype {typestr!r} is not supported")
+        size = int(typestr[2:])
         ptr, readonly = ai["data"]
         if writable and readonly:
             raise invalid(f"{self.what}: output array is read-only")
         shape = tuple(int(s) for s in ai["shape"])
-        strides = ai.get("strides")
+        c_shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         c_strides = None
+        strides = ai.get("strides")
         if strides is not None:
-            size = _ITEMSIZE[dtype]
             if any(s % size for s in strides):
                 raise invalid(f"{self.what}: strides {strides} are not a multiple of the "
                               f"element size {size}")
             c_strides = (ctypes.c_int64 * len(shape))(*(s // size for s in strides))
-        c_shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-        self.data_ptr = ptr + ai.get("offset", 0) * _ITEMSIZE[dtype] if ptr else ptr
-        _named(self.what, lib.todre_tensor_create(ctypes.c_void_p(self.data_ptr), int(dtype),
-                                                  int(Device.HOST), 0, len(shape), c_shape,
-                                                  c_strides, ctypes.byref(self.handle)))
+        self._keep = (c_shape, c_strides)
+        t = self.tensor
+        t.data = (ptr + ai.get("offset", 0) * size) if ptr else None
+        t.device.device_type = DeviceType.CPU
+        t.device.device_id = 0
+        t.ndim = len(shape)
+        t.dtype.code, t.dtype.bits, t.dtype.lanes = int(code), 8 * size, 1
+        t.shape = ctypes.cast(c_shape, ctypes.POINTER(ctypes.c_int64))
+        t.strides = ctypes.cast(c_strides, ctypes.POINTER(ctypes.c_int64)) \
+            if c_strides is not None else None
+        t.byte_offset = 0
 
     def close(self):
-        if self.handle:
-            lib.todre_tensor_destroy(self.handle)
-            self.handle = ctypes.c_void_p()
         self.capsule = None
+        self._keep = None
 
 
-def _named(what, status):
-    """check(), with the argument's name in front of the descriptor's message."""
-    try:
-        check(status)
-    except TodreError as exc:
-        raise TodreError(exc.status, f"{what}: {exc.message}") from None
+def ref(borrowed):
+    """`borrowed.ref`, or NULL for None."""
+    return None if borrowed is None else borrowed.ref
+
+
+def numpy_dtype(borrowed):
+    """The NumPy dtype of a borrowed array (TodreError if NumPy has none)."""
+    code, bits, lanes = borrowed.dtype
+    dt = _NUMPY_DTYPE.get((code, bits)) if lanes == 1 else None
+    if dt is None:
+        raise invalid(f"{borrowed.what}: DLPack dtype (code {code}, {bits} bits, "
+                      f"{lanes} lanes) has no NumPy equivalent")
+    return np.dtype(dt)
 
 
 def obj_dlpack(obj, kwargs, versioned):
@@ -228,7 +270,7 @@ def obj_dlpack(obj, kwargs, versioned):
 def empty_int64(like, shape):
     """An int64 array of `shape` of the caller's kind, on the caller's device."""
     kind = kind_of(like)
-    dev, index = device_of(like)
+    dev, index = dl_device_of(like)
     if kind == "torch":
         import torch
         return torch.empty(shape, dtype=torch.int64, device=like.device)
@@ -236,23 +278,28 @@ def empty_int64(like, shape):
         import cupy
         with cupy.cuda.Device(index):
             return cupy.empty(shape, dtype=cupy.int64)
-    if dev == Device.HOST:
+    if dev == DeviceType.CPU:
         return np.empty(shape, dtype=np.int64)
-    # A CUDA array of another library (e.g. JAX): allocate with torch or CuPy
-    # and hand the result over through DLPack afterwards (finish()).
-    try:
-        import torch
-        return torch.empty(shape, dtype=torch.int64, device=f"cuda:{index}")
-    except ImportError:
-        pass
-    try:
-        import cupy
-        with cupy.cuda.Device(index):
-            return cupy.empty(shape, dtype=cupy.int64)
-    except ImportError:
-        raise TodreError(Status.UNSUPPORTED,
-                         f"output for a CUDA {type(like).__name__} needs torch or cupy "
-                         "to allocate device memory") from None
+    # A device array of another library (e.g. JAX on CUDA): allocate with torch
+    # or CuPy and hand the result over through DLPack afterwards (finish()).
+    why = []
+    if dev in (DeviceType.CUDA, DeviceType.CUDA_MANAGED):
+        for name in ("torch", "cupy"):
+            try:
+                if name == "torch":
+                    import torch
+                    return torch.empty(shape, dtype=torch.int64, device=f"cuda:{index}")
+                import cupy
+                with cupy.cuda.Device(index):
+                    return cupy.empty(shape, dtype=cupy.int64)
+            except ImportError:
+                why.append(f"{name} is not installed")
+            except Exception as exc:  # e.g. a torch without CUDA
+                why.append(f"{name}: {exc}")
+    raise TodreError(Status.UNSUPPORTED,
+                     f"out: the index output for a {type(like).__name__} on DLPack device "
+                     f"type {int(dev)} is allocated with torch or cupy on that device"
+                     + (" (" + "; ".join(why) + ")" if why else ""))
 
 
 def finish(like, out):

@@ -14,7 +14,7 @@ def select_each(features, cls_maps, pivot_range, settings):
     """
     feats = [f.detach() for f in features]
     cls = None if cls_maps is None else [c.detach().float() for c in cls_maps]
-    if feats[0].is_cuda and "cuda" not in todre.backends():
+    if feats[0].is_cuda and "cuda" not in todre.available_backends():
         feats = [f.cpu() for f in feats]
         cls = None if cls is None else [c.cpu() for c in cls]
     lo, hi = pivot_range

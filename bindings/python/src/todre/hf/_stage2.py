@@ -173,7 +173,7 @@ class Stage2:
     def _observe(self, j, attn, args, kwargs, seqs):
         hidden = kwargs.get("hidden_states", args[0] if args else None)
         q, k = _post_rope_qk(attn, hidden, kwargs["position_embeddings"])
-        if q.is_cuda and "cuda" not in todre.backends():
+        if q.is_cuda and "cuda" not in todre.available_backends():
             q, k = q.float().cpu(), k.float().cpu()
         layout = self.layout_for(j)
         valid = layout.valid if layout is not None else self.valid

@@ -9,7 +9,7 @@
  * before synchronising sees stale data, as on a GPU. All streams share one
  * queue: ordering between streams is stronger than on a GPU.
  *
- * Implemented in src/cuda/emu/rt/emu_rt.cpp (libtodre_cudaemu.so). C and
+ * Implemented in tests/cuda_emu/rt/emu_rt.cpp (libtodre_cudaemu.so). C and
  * C++ both include this header. */
 #ifndef TODRE_EMU_CUDA_RUNTIME_API_H
 #define TODRE_EMU_CUDA_RUNTIME_API_H
@@ -137,7 +137,9 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 
 /* ---- emulator only ---------------------------------------------------- */
 
-/* What the hot-path requirement is about: allocations and host waits. */
+/* What the hot-path requirement is about (allocations and host waits), and
+ * what creating a backend instance costs (handles, events), which the
+ * registry's availability queries must not pay. */
 struct todre_emu_counters {
     uint64_t device_allocs;  /* cudaMalloc */
     uint64_t host_allocs;    /* cudaMallocHost */
@@ -145,6 +147,9 @@ struct todre_emu_counters {
     uint64_t launches;       /* kernels, cooperative included */
     uint64_t blas_calls;     /* cuBLAS GEMMs */
     uint64_t violations;     /* contract breaches the emulator found (also on stderr) */
+    uint64_t blas_handles;   /* cublasCreate */
+    uint64_t events;         /* cudaEventCreate / cudaEventCreateWithFlags */
+    uint64_t device_queries; /* cudaGetDeviceCount / cudaGetDeviceProperties */
 };
 void todre_emu_get_counters(struct todre_emu_counters *out);
 

@@ -2,13 +2,15 @@
 
 Usage: emulate_cu.py IN.cu OUT.cpp
 
-Whole files, host code included, so that the module's own orchestration
-runs against the emulated runtime (src/cuda/emu/fake). Three rewrites, each
-to something the emulator defines:
+The one translation of src/cuda/*.cu for the emulator: whole files, host
+code included, compiled once (tests/cuda_emu.cmake, object library
+todre_cuda_emu_objs) and linked both into the emulated module and into the
+kernels test, so that the module's own orchestration and its kernels run
+against the emulated runtime (tests/cuda_emu/fake). Three rewrites, each to
+something the emulator defines; nothing else changes:
   K<<<grid, block[, smem[, stream]]>>>(args)  ->  emu::launch_kernel(K, emu::cfg(...), args)
   cudaLaunchCooperativeKernel((const void *)K, ...)  ->  ...(K, ...)  (typed)
-  extern __shared__ T name[];  ->  T *name = (T *)emu::dyn_smem();
-Used by tests/cuda.cmake (cuda.*_emulated)."""
+  extern __shared__ T name[];  ->  T *name = (T *)emu::dyn_smem();"""
 import re
 import sys
 
@@ -78,7 +80,7 @@ def main():
     if '<<<' in src or '__shared__ float' in src and 'extern __shared__' in src:
         raise SystemExit('emulate_cu.py: a construct was not rewritten in ' + sys.argv[1])
     with open(sys.argv[2], 'w') as f:
-        f.write('// Generated from %s by src/cuda/emu/emulate_cu.py: do not edit.\n' % sys.argv[1])
+        f.write('// Generated from %s by tests/cuda_emu/emulate_cu.py: do not edit.\n' % sys.argv[1])
         f.write('#line 1 "%s"\n' % sys.argv[1])
         f.write(src)
 

@@ -67,6 +67,7 @@ void violation(const char *fmt, ...);
 // Device allocation containing [p, p + bytes), or false.
 bool device_range(const void *p, size_t bytes);
 void count_blas();
+void count_blas_handle();
 void set_func_attr(const void *kernel, int attr, int value, cudaError_t *err);
 int blocks_per_sm(int threads, size_t smem);
 
@@ -78,9 +79,8 @@ inline void launch_kernel(void (*k)(P...), Cfg c, A &&...a) {
   launch_erased(reinterpret_cast<const void *>(k), c, false, [k, args]() { std::apply(k, args); });
 }
 
-// For cuda.kernels_emulated: run one kernel now, outside any stream.
-void launch(dim3 g, dim3 b, bool coop, const std::function<void()> &fn, size_t smem = 1 << 20);
-// Order in which runnable threads are resumed: 0 ascending, 1 descending.
+// Order in which runnable threads are resumed: 0 ascending, 1 descending
+// (cuda_emu.host_logic.kernels runs both).
 void set_order(int order);
 }  // namespace emu
 

@@ -110,6 +110,7 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
 extern "C" {
 
 cublasStatus_t cublasCreate(cublasHandle_t *handle) {
+  emu::count_blas_handle();
   *handle = new cublasContext();
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -7,7 +7,7 @@
  * operand that reaches past its buffer is reported, where a GPU would read
  * garbage. The GEMM runs on the handle's stream, accumulating in double.
  *
- * Implemented in src/cuda/emu/rt/cublas_emu.cpp. */
+ * Implemented in tests/cuda_emu/rt/cublas_emu.cpp. */
 #ifndef TODRE_EMU_CUBLAS_V2_H
 #define TODRE_EMU_CUBLAS_V2_H
 
