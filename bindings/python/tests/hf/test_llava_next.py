@@ -140,7 +140,8 @@ def test_prefill_after_drop_matches_a_manual_computation(model):
         want = model.lm_head(lm.norm(h))[:, -1]
         todre.hf.enable(model, ratio=None, tau=1.0, probe_layers=[probe])
         try:
-            got = model(**inputs, return_dict=True).logits[:, -1]
+            got = model.generate(**inputs, max_new_tokens=1, do_sample=False,
+                                 return_dict_in_generate=True, output_logits=True).logits[0]
         finally:
             todre.hf.disable(model)
     assert torch.allclose(got, want, atol=1e-5)

@@ -8,7 +8,7 @@ import todre.hf
 from common import (GEN, capture_llm_inputs, check_cache_after_drop,
                     check_cached_decoding_equals_recomputation,
                     check_ratio_one_equals_unpruned, expected_k, generate)
-from tiny_models import QWEN_IMAGE, qwen2_5_vl, qwen_inputs
+from tiny_models import QWEN_IMAGE, QWEN_START, qwen2_5_vl, qwen_inputs
 
 GRIDS = ((1, 8, 12), (1, 4, 8))
 
@@ -120,7 +120,8 @@ def test_prefill_after_drop_matches_a_manual_computation(model):
         want = model.lm_head(lm.norm(h))[:, -1]
         todre.hf.enable(model, ratio=None, tau=1.0, probe_layers=[probe])
         try:
-            got = model(**inputs, return_dict=True).logits[:, -1]
+            got = model.generate(**inputs, max_new_tokens=1, do_sample=False,
+                                 return_dict_in_generate=True, output_logits=True).logits[0]
         finally:
             todre.hf.disable(model)
     assert torch.allclose(got, want, atol=1e-5)
@@ -153,10 +154,12 @@ def test_eager_attention_model():
 
 
 def test_no_mm_token_type_ids_given(model, batch):
+    """Without mm_token_type_ids the plain model uses text positions: so does the
+    enabled one."""
     inputs, _ = batch
     inputs = dict(inputs)
-    ref = generate(model, inputs)
     del inputs["mm_token_type_ids"]
+    ref = generate(model, inputs)
     todre.hf.enable(model, ratio=1.0, stage2=False)
     try:
         out = generate(model, inputs)
@@ -170,3 +173,34 @@ def test_bfloat16_model():
     inputs, _ = qwen_inputs(model, grids=GRIDS)
     inputs["pixel_values"] = inputs["pixel_values"].to(torch.bfloat16)
     check_cache_after_drop(model, inputs, probe=3)
+
+
+def test_videos_pass_through_stage1_and_count_as_visual_in_stage2():
+    model = qwen2_5_vl(num_layers=3)
+    g = torch.Generator().manual_seed(3)
+    img, vid = (1, 8, 12), (2, 4, 4)
+    n_img, n_vid = 24, 8
+    row = [1, 5, QWEN_START] + [QWEN_IMAGE] * n_img + [153, 6, QWEN_START] + [152] * n_vid \
+        + [153, 7, 8]
+    ids = torch.tensor([row])
+    types = (ids == QWEN_IMAGE).int() + 2 * (ids == 152).int()
+    inputs = dict(input_ids=ids, attention_mask=torch.ones_like(ids), mm_token_type_ids=types,
+                  pixel_values=torch.randn(96, 24, generator=g), image_grid_thw=torch.tensor([img]),
+                  pixel_values_videos=torch.randn(32, 24, generator=g),
+                  video_grid_thw=torch.tensor([vid]))
+    kw = dict(max_new_tokens=4, min_new_tokens=4, do_sample=False, return_dict_in_generate=True,
+              output_scores=True)
+    ref = model.generate(**inputs, **kw)
+    todre.hf.enable(model, ratio=1.0, tau=0.0)
+    try:
+        out = model.generate(**inputs, **kw)
+        assert torch.equal(out.sequences, ref.sequences)
+        assert all(torch.equal(a, b) for a, b in zip(out.scores, ref.scores))
+        todre.hf.enable(model, ratio=0.5, tau=1.0, probe_layers=[1])
+        out = model.generate(**inputs, **kw)
+        st = todre.hf.stats(model)
+    finally:
+        todre.hf.disable(model)
+    assert out.sequences.shape == ref.sequences.shape
+    assert st["kept_tokens"] == [12] and st["llm_image_tokens"] == [12]
+    assert st["visual_tokens"] == [12 + n_vid] and st["drop_layer"] == [1]

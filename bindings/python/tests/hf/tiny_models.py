@@ -89,3 +89,78 @@ def _left_pad(rows):
         ids[b, L - len(r):] = torch.tensor(r)
         mask[b, L - len(r):] = 1
     return {"input_ids": ids, "attention_mask": mask}
+
+
+# -- batches for the drop-in matrix -------------------------------------------------
+# row b holds the images rows[b] (several per row, different sizes):
+# [bos, 5, 6, (<image> x N, 7) per image, 8, 9]
+LLAVA_ROWS = (((40, 60), (32, 32)), ((64, 30),))
+QWEN_ROWS = (((1, 8, 12), (1, 4, 4)), ((1, 4, 8),))
+
+
+def llava_batch(model, rows=LLAVA_ROWS, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    cfg = model.config
+    image_sizes = torch.tensor([s for r in rows for s in r])
+    patches = [image_size_to_num_patches(s, cfg.image_grid_pinpoints, 32) for s in image_sizes]
+    pv = torch.zeros(len(image_sizes), max(patches), 3, 32, 32)
+    for i, n in enumerate(patches):
+        pv[i, :n] = torch.randn(n, 3, 32, 32, generator=g)
+    with torch.no_grad():
+        feats = model.model.get_image_features(pv, image_sizes, return_dict=True).pooler_output
+    counts = [f.shape[0] for f in feats]
+    seqs, k = [], 0
+    for r in rows:
+        s = [1, 5, 6]
+        for _ in r:
+            s += [LLAVA_IMAGE] * counts[k] + [7]
+            k += 1
+        seqs.append(s + [8, 9])
+    return _left_pad(seqs) | {"pixel_values": pv, "image_sizes": image_sizes}, counts
+
+
+def qwen_batch(model, rows=QWEN_ROWS, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    thw = torch.tensor([gr for r in rows for gr in r])
+    pv = torch.randn(int(thw.prod(-1).sum()), 3 * 2 * 2 * 2, generator=g)
+    counts = [int(t * h * w) // 4 for t, h, w in thw.tolist()]
+    seqs, k = [], 0
+    for r in rows:
+        s = [1, 5, 6]
+        for _ in r:
+            s += [QWEN_START] + [QWEN_IMAGE] * counts[k] + [QWEN_END, 7]
+            k += 1
+        seqs.append(s + [8, 9])
+    batch = _left_pad(seqs)
+    batch["mm_token_type_ids"] = (batch["input_ids"] == QWEN_IMAGE).int()
+    return batch | {"pixel_values": pv, "image_grid_thw": thw}, counts
+
+
+def right_padded(batch, image_token):
+    """The same rows padded on the right."""
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    new_ids, new_mask = torch.zeros_like(ids), torch.zeros_like(mask)
+    for b in range(ids.shape[0]):
+        row = ids[b][mask[b].bool()]
+        new_ids[b, :row.numel()] = row
+        new_mask[b, :row.numel()] = 1
+    out = dict(batch, input_ids=new_ids, attention_mask=new_mask)
+    if "mm_token_type_ids" in batch:
+        out["mm_token_type_ids"] = (new_ids == image_token).int()
+    return out
+
+
+def masked_placeholders(batch, image_token, row=-1, n=3):
+    """The first n image placeholders of `row` under attention_mask 0."""
+    mask = batch["attention_mask"].clone()
+    cols = torch.nonzero(batch["input_ids"][row] == image_token).flatten()
+    mask[row, cols[:n]] = 0
+    return dict(batch, attention_mask=mask)
+
+
+def with_embeds(model, batch, keep_ids=True):
+    out = dict(batch)
+    out["inputs_embeds"] = model.get_input_embeddings()(batch["input_ids"]).detach()
+    if not keep_ids:
+        del out["input_ids"]
+    return out

@@ -6,11 +6,15 @@
     print(todre.hf.stats(model))
 
 Supported: LlavaNextForConditionalGeneration and
-Qwen2_5_VLForConditionalGeneration, transformers 5.x (tested with 5.23),
-attention 'sdpa' or 'eager', the default dynamic KV cache. See docs/hf.md.
+Qwen2_5_VLForConditionalGeneration, transformers 5.x (tested with 5.23). Only
+generate() changes (every input and decoding mode of the plain model, or a
+TodreError UNSUPPORTED where stage 2 cannot follow: attention other than
+'sdpa' / 'eager', compiled forwards, non-dynamic caches when a drop is
+possible, chunked prefill). See docs/hf.md.
 """
 
-import functools
+import contextlib
+import types
 
 import transformers
 
@@ -20,7 +24,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
     raise ImportError(f"todre.hf needs transformers 5.x (tested with 5.23); found "
                       f"{transformers.__version__}")
 
-from . import _llava_next, _qwen2_5_vl
+from . import _generate, _llava_next, _qwen2_5_vl
 from ._stage2 import Stage2
 
 __all__ = ["enable", "disable", "stats", "is_enabled"]
@@ -49,25 +53,62 @@ class _Settings:
     def ratio_or_none(self):
         return None if self.keep is not None else self.ratio
 
-    def record_stage1(self, before, kept, llm_ids, llm_mask, image_token_id):
-        visual = (llm_ids == image_token_id) & llm_mask.bool()
+    def record_stage1(self, before, kept, llm_image_tokens):
         self.last = {"image_tokens": [int(n) for n in before],
                      "kept_tokens": [int(k.numel()) for k in kept],
                      "kept_indices": [k.clone() for k in kept],
-                     "llm_image_tokens": [int(v) for v in visual.sum(-1)]}
+                     "llm_image_tokens": [int(v) for v in llm_image_tokens]}
 
 
 class _State:
-    def __init__(self, settings, stage2, original_generate):
+    """Everything enable() attaches to a model (model._todre_state). Holds no
+    reference to the model itself, so copy.deepcopy(model) gives a clone whose
+    state, generate() and hooks are the clone's own."""
+
+    def __init__(self, settings, stage2, adapter_name, original_generate):
         self.settings = settings
         self.stage2 = stage2
-        self.original_generate = original_generate
+        self.adapter_name = adapter_name
+        self.original_generate = original_generate   # an instance-level generate, if any
+        self.depth = 0
+
+    def original(self, model):
+        if self.original_generate is not None:
+            return self.original_generate
+        return types.MethodType(type(model).generate, model)
+
+    @contextlib.contextmanager
+    def generating(self):
+        self.depth += 1
+        if self.stage2 is not None:
+            self.stage2.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if self.stage2 is not None:
+                self.stage2.depth -= 1
 
 
-def _adapter(model):
+def _generate_method(model, *args, **kwargs):
+    """The generate() of an enabled model (bound to it, so deepcopy rebinds it)."""
+    state = model._todre_state
+    if not state.settings.stage1_off and state.depth == 0:
+        state.settings.last = {}
+    if state.stage2 is not None and state.depth == 0:
+        state.stage2.last = {}
+    return _generate.generate(model, state, _ADAPTERS[state.adapter_name], args, kwargs)
+
+
+def _adapter_name(model):
+    if hasattr(model, "_orig_mod"):
+        raise todre.TodreError(
+            todre.Status.UNSUPPORTED,
+            "model: a torch.compile() wrapper; enable() the model itself (compiled._orig_mod) "
+            "before compiling (only generate() is affected; stage 2 refuses compiled forwards)")
     for cls in type(model).__mro__:
         if cls.__name__ in _ADAPTERS:
-            return _ADAPTERS[cls.__name__]
+            return cls.__name__
     raise todre.TodreError(
         todre.Status.UNSUPPORTED,
         f"model: {type(model).__name__} is not supported by todre.hf (supported: "
@@ -99,8 +140,12 @@ def enable(model, ratio=0.1, tau=0.1, probe_layers=None, stage2=True, keep=None,
             the first probe layer on until one decides).
         fallback_pivot: the pivot used when 'cls' is asked for but the model
             has no [CLS] attention.
+
+    Only generate() is affected: a plain forward (training, labels, scoring)
+    runs the unmodified model. What generate() supports and refuses (with
+    TodreError UNSUPPORTED) is listed in docs/hf.md.
     """
-    adapter = _adapter(model)
+    name = _adapter_name(model)
     if is_enabled(model):
         disable(model)
     settings = _Settings(ratio, keep, objective, pivot, seed, fallback_pivot)
@@ -108,21 +153,54 @@ def enable(model, ratio=0.1, tau=0.1, probe_layers=None, stage2=True, keep=None,
     drop = None
     if stage2:
         lm = model.model.language_model
-        text_cfg = getattr(model.config, "text_config", model.config)
-        attn = getattr(text_cfg, "_attn_implementation", None) or \
-            getattr(model.config, "_attn_implementation", "sdpa")
         drop = Stage2(model, lm.layers, _visual_token_ids(model.config), tau, probe_layers,
-                      schedule, attn)
-    original = model.generate
-    state = _State(settings, drop, original)
-
-    @functools.wraps(original)
-    def generate(*args, **kwargs):
-        return adapter.generate(model, original, settings, args, kwargs)
-
-    model.generate = generate
+                      schedule)
+        try:
+            _check_stage2_model(model, drop)
+        except Exception:
+            drop.remove()
+            raise
+    state = _State(settings, drop, name, model.__dict__.get("generate"))
+    model.generate = types.MethodType(_generate_method, model)
     model._todre_state = state
     return model
+
+
+def _check_stage2_model(model, drop):
+    """Refusals that the model's current setup already decides."""
+    impl = drop.attention_implementation()
+    if impl not in ("sdpa", "eager"):
+        raise todre.TodreError(
+            todre.Status.UNSUPPORTED,
+            f"stage 2: attention implementation {impl!r} is not supported "
+            f"(use 'sdpa' or 'eager', or stage2=False)")
+    if _generate.is_compiled(model):
+        raise todre.TodreError(
+            todre.Status.UNSUPPORTED,
+            "stage 2: the model's forward is compiled (torch.compile / model.compile()); "
+            "the stage-2 hooks cannot run in a compiled graph: use stage2=False")
+    text = getattr(model.config, "text_config", model.config)
+    kinds = set(getattr(text, "layer_types", None) or [])
+    windowed = (kinds - {"full_attention"}) if kinds else \
+        ({"sliding_window"} if getattr(text, "sliding_window", None) is not None
+         and getattr(text, "use_sliding_window", True) else set())
+    if drop.can_drop and windowed:
+        raise todre.TodreError(
+            todre.Status.UNSUPPORTED,
+            f"stage 2: the language model has {sorted(windowed)} layers; the layers after a "
+            "drop get a full causal mask, so a drop is only supported without sliding "
+            "windows: use stage2=False or tau=0")
+    gc = model.generation_config
+    if getattr(gc, "prefill_chunk_size", None):
+        raise todre.TodreError(
+            todre.Status.UNSUPPORTED,
+            "stage 2: generation_config.prefill_chunk_size (chunked prefill) is not supported")
+    impl = getattr(gc, "cache_implementation", None)
+    if drop.can_drop and impl not in _generate.DYNAMIC_CACHES:
+        raise todre.TodreError(
+            todre.Status.UNSUPPORTED,
+            f"stage 2: generation_config.cache_implementation={impl!r}: a drop needs the "
+            "default dynamic cache; use stage2=False or tau=0")
 
 
 def _validate(settings):
@@ -145,6 +223,8 @@ def disable(model):
         state.stage2.remove()
     if "generate" in model.__dict__:
         del model.__dict__["generate"]
+    if state.original_generate is not None:
+        model.generate = state.original_generate
     del model._todre_state
     return model
 

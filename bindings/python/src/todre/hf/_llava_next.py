@@ -15,9 +15,7 @@ is 0 (they have no vision-tower attention).
 
 import torch
 
-from ._prompt import (kept_columns, left_pack, pad_token, restore_prompt,
-                      split_generate_call)
-from ._select import select_each
+from ._prompt import invalid
 
 
 class _ClsCapture:
@@ -109,35 +107,51 @@ def _pack_cls(inner, maps, image_sizes, strategy, feats):
     return out
 
 
-def generate(model, original_generate, settings, args, kwargs):
-    """generate() with stage 1 applied to the prompt's images."""
-    call = split_generate_call(settings, args, kwargs)
-    if call is None:
-        return original_generate(*args, **kwargs)
-    input_ids, args, kwargs = call
-    pixel_values = kwargs.pop("pixel_values")
-    image_sizes = kwargs.pop("image_sizes", None)
-    if image_sizes is None:
-        raise ValueError("LLaVA-NeXT generate(): pixel_values need image_sizes")
+def has_images(kw):
+    pv = kw.get("pixel_values")
+    if pv is not None:
+        return pv.shape[0] > 0
+    mm = kw.get("mm_encoder_outputs") or {}
+    return mm.get("image") is not None
+
+
+def image_token_id(model):
+    return model.config.image_token_id
+
+
+def encode(model, kw):
+    """Pop the image inputs off the call: (features per image, CLS map per image
+    or None, pivot range). Pre-encoded features (mm_encoder_outputs) have no
+    [CLS] map: their pivot is fallback_pivot ('auto': CENTER)."""
     cfg = model.config
-    layer = kwargs.pop("vision_feature_layer", None)
+    pixel_values = kw.pop("pixel_values", None)
+    image_sizes = kw.pop("image_sizes", None)
+    layer = kw.pop("vision_feature_layer", None)
     layer = cfg.vision_feature_layer if layer is None else layer
-    strategy = kwargs.pop("vision_feature_select_strategy", None)
+    strategy = kw.pop("vision_feature_select_strategy", None)
     strategy = cfg.vision_feature_select_strategy if strategy is None else strategy
-    mask = kwargs.pop("attention_mask", None)
+    if pixel_values is None:
+        mm = dict(kw["mm_encoder_outputs"])
+        feats = list(mm.pop("image").pooler_output)
+        kw["mm_encoder_outputs"] = mm
+        return feats, None, (0, None)
+    if image_sizes is None:
+        raise invalid("LLaVA-NeXT generate(): pixel_values need image_sizes")
+    if (kw.get("mm_encoder_outputs") or {}).get("image") is not None:
+        raise invalid("generate(): pass either pixel_values or mm_encoder_outputs['image']")
+    feats, cls, thumb = image_features(model, pixel_values, image_sizes, layer, strategy)
+    return feats, cls, (0, thumb)
 
-    with torch.no_grad():
-        feats, cls, thumb = image_features(model, pixel_values, image_sizes, layer, strategy)
-        kept = select_each(feats, cls, (0, thumb), settings)
-    rows = kept_columns(input_ids, mask, cfg.image_token_id, [f.shape[0] for f in feats], kept)
-    pad = pad_token(model, input_ids, mask)
-    new_ids, new_mask = left_pack([input_ids[b][c] for b, c in enumerate(rows)], pad)
-    pruned = [f[k.to(f.device)] for f, k in zip(feats, kept)]
-    settings.record_stage1([f.shape[0] for f in feats], kept, new_ids, new_mask,
-                           cfg.image_token_id)
 
-    from transformers.modeling_outputs import BaseModelOutputWithPooling
-    encoded = BaseModelOutputWithPooling(pooler_output=pruned)
-    out = original_generate(*args, input_ids=new_ids, attention_mask=new_mask,
-                            mm_encoder_outputs={"image": encoded}, **kwargs)
-    return restore_prompt(out, input_ids, new_ids.shape[1])
+def prune_columns(model, kw, orig_kw, pmap, mask, new_mask):
+    """Per-column inputs besides ids / mask / embeddings: explicit position ids
+    follow the kept columns (else generate() numbers the shorter prompt)."""
+    pid = kw.get("position_ids")
+    if pid is not None:
+        kw["position_ids"] = pmap.gather(pid, 0, dim=pid.dim() - 1)
+
+
+def continue_columns(model, kw, pmap):
+    pid = kw.get("position_ids")
+    if pid is not None and pid.shape[-1] >= pmap.length:
+        kw["position_ids"] = pmap.gather(pid, 0, dim=pid.dim() - 1)

@@ -1,11 +1,14 @@
 """Stage 2 inside a transformers decoder: probe, decide, drop visual tokens.
 
-Hooks only; the model keeps its attention implementation (sdpa or eager):
+Hooks only; the model keeps its attention implementation (sdpa or eager, read
+at every prefill, so set_attn_implementation() after enable() is followed).
+The hooks act only inside an enabled generate(); a plain forward (training,
+labels, scoring) runs the unmodified model.
 
-* a forward pre-hook on the top-level model sees each forward's input_ids and
-  attention mask; a prefill (empty cache) starts a new decision and sets the
-  token types (VISUAL = image/video placeholders, SYSTEM = before the first
-  one, TEXT = the rest);
+* a forward pre-hook on the top-level model sees each forward's input ids (or
+  embeddings) and attention mask; a prefill (no cache, or an empty one) starts
+  a new decision and sets the token types (VISUAL = image/video placeholders,
+  SYSTEM = before the first one, TEXT = the rest);
 * at a probe layer, a forward hook on self_attn recomputes that layer's
   post-RoPE Q and K from the attention input (two projections, one layer,
   prefill only) and hands them to todre.Relevance.observe_qk (the fused
@@ -16,6 +19,12 @@ Hooks only; the model keeps its attention implementation (sdpa or eager):
   attention mask, position embeddings and position ids, so their KV cache
   never holds the dropped tokens, during prefill and every decoding step.
   Layers up to l keep their full cache, as the method prescribes.
+
+The per-prefill state (decisions and layouts) is attached to the KV cache the
+prefill fills (cache._todre_stage2), so decoding steps, continuations from
+that cache, assistant models with their own caches and interleaved calls each
+find the layouts of their own prefill. The Relevance objects are closed when
+the prefill forward ends.
 """
 
 import sys
@@ -23,9 +32,6 @@ import sys
 import torch
 
 import todre
-
-SUPPORTED_ATTENTION = ("sdpa", "eager")
-
 
 class Layout:
     """Which original prefill positions a layer's sequence slots hold.
@@ -54,24 +60,68 @@ class Layout:
         return x.gather(dim, idx.view(view).expand(expand))
 
 
+class Prefill:
+    """The stage-2 state of one prefill (B rows of prefill_len columns)."""
+
+    def __init__(self, valid, types, rels, rep):
+        self.valid = valid
+        self.types = types
+        self.prefill_len = valid.shape[1]
+        self.rels = rels              # representative row -> Relevance (during the prefill)
+        self.rep = rep                # row -> its representative row (identical rows share)
+        self.layouts = {}             # first layer index -> Layout used from there on
+        self.dropped_at = {}          # row -> layer
+        self.kept = {}                # representative row -> kept real positions
+        self.in_prefill = True
+
+    def layout_for(self, j):
+        starts = [s for s in self.layouts if s <= j]
+        return self.layouts[max(starts)] if starts else None
+
+    def close(self):
+        for rel in self.rels.values():
+            rel.close()
+        self.rels = {}
+        self.in_prefill = False
+        for layout in self.layouts.values():
+            layout._rope = None
+
+    def __getstate__(self):           # copy.deepcopy of a cache: no C handles
+        state = dict(self.__dict__)
+        state["rels"] = {}
+        return state
+
+
+class _Hook:
+    """A hook that calls back into its Stage2 (an object, not a closure, so that
+    copy.deepcopy of the model gives hooks of the clone's own Stage2)."""
+
+    def __init__(self, owner, kind, j=None):
+        self.owner = owner
+        self.kind = kind
+        self.j = j
+
+    def __call__(self, *args):
+        return getattr(self.owner, self.kind)(self.j, *args)
+
+
 class Stage2:
     """The stage-2 machinery for one model (see module docstring)."""
 
-    def __init__(self, top, layers, visual_ids, tau, probe_layers, schedule, attn_impl):
-        if attn_impl not in SUPPORTED_ATTENTION:
-            raise todre.TodreError(
-                todre.Status.UNSUPPORTED,
-                f"stage 2: attention implementation {attn_impl!r} is not supported "
-                f"(use one of {SUPPORTED_ATTENTION}, or stage2=False)")
+    def __init__(self, top, layers, visual_ids, tau, probe_layers, schedule):
         self.layers = layers
         self.num_layers = len(layers)
         self.visual_ids = list(visual_ids)
+        self.embed = top.get_input_embeddings()
         self.tau = tau
         self.probe_layers = probe_layers
         self.schedule = schedule
-        self.eager = attn_impl == "eager"
+        self.depth = 0                # > 0 inside an enabled generate()
+        self.current = None           # the Prefill of the running forward, if any
+        self.eager = False            # this forward's mask format: additive float (eager)
+        self.last = {}
+        self._record = False
         self._handles = []
-        self._reset()
         probe = todre.Relevance(self.num_layers, tau=tau, probe_layers=probe_layers,
                                 schedule=schedule)  # validates the settings once
         first = min(probe_layers) if probe_layers else self.num_layers * 7 // 8
@@ -79,150 +129,209 @@ class Stage2:
                                   if probe.is_probe(j) or (schedule == "until-drop"
                                                            and j >= first)]
         probe.close()
+        self.can_drop = tau is None or float(tau) > 0.0
         self._install(top)
+
+    def attention_implementation(self):
+        cfg = self.layers[0].self_attn.config
+        return getattr(cfg, "_attn_implementation", None) or "sdpa"
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["current"] = None
+        state["depth"] = 0
+        return state
 
     # -- lifecycle ----------------------------------------------------------
     def _install(self, top):
         h = self._handles
-        h.append(top.register_forward_pre_hook(self._begin, with_kwargs=True))
+        h.append(top.register_forward_pre_hook(_Hook(self, "_begin"), with_kwargs=True))
+        h.append(top.register_forward_hook(_Hook(self, "_end"), with_kwargs=True))
         for j in self._probe_candidates:
             attn = self.layers[j].self_attn
-            h.append(attn.register_forward_hook(self._make_probe(j), with_kwargs=True))
+            h.append(attn.register_forward_hook(_Hook(self, "_probe", j), with_kwargs=True))
         for j, layer in enumerate(self.layers):
-            h.append(layer.register_forward_pre_hook(self._make_pre(j), with_kwargs=True))
-            h.append(layer.register_forward_hook(self._make_post(j)))
+            h.append(layer.register_forward_pre_hook(_Hook(self, "_pre", j), with_kwargs=True))
+            h.append(layer.register_forward_hook(_Hook(self, "_post", j)))
 
     def remove(self):
         for handle in self._handles:
             handle.remove()
         self._handles = []
-
-    def _reset(self):
-        self.active = False
-        self.last = {}
-        self.rels = []
-        self.types = None
-        self.layouts = {}        # first layer index -> Layout used from there on
-        self.dropped_at = {}     # seq -> layer
-        self.prefill_len = 0
+        self.current = None
 
     # -- per forward ---------------------------------------------------------
-    def _begin(self, module, args, kwargs):
-        ids = kwargs.get("input_ids", args[0] if args else None)
+    def _begin(self, _, module, args, kwargs):
+        self.current = None
+        if self.depth == 0:
+            return None                     # not inside generate(): the plain model
         cache = kwargs.get("past_key_values")
+        if torch.compiler.is_compiling():   # a compiled decoding step (no drop: tau 0)
+            return None
+        self.eager = self.attention_implementation() == "eager"   # followed per forward
         if cache is not None and cache.get_seq_length() > 0:
-            return None                     # a decoding step: keep the prefill's layouts
-        self._reset()
-        if ids is not None and ids.dim() == 2 and ids.shape[1] > 1:
-            self._start(ids, kwargs.get("attention_mask"))
+            state = getattr(cache, "_todre_stage2", None)
+            if state is not None and state.layouts:
+                self.current = state        # a decoding step / continuation
+            return None
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        embeds = kwargs.get("inputs_embeds")
+        if ids is not None and ids.dim() == 2:
+            visual = torch.zeros_like(ids, dtype=torch.bool)
+            for tok in self.visual_ids:
+                visual |= ids == tok
+            rows = ids
+        elif isinstance(embeds, torch.Tensor) and embeds.dim() == 3:
+            visual = torch.zeros(embeds.shape[:2], dtype=torch.bool, device=embeds.device)
+            for tok in self.visual_ids:
+                e = self.embed(torch.tensor(tok, device=embeds.device)).to(embeds.dtype)
+                visual |= (embeds == e).all(-1)
+            rows = embeds
+        else:
+            return None
+        if visual.shape[1] < 2:
+            return None
+        self._start(rows, visual, kwargs.get("attention_mask"), cache)
         return None
 
-    def _start(self, ids, mask):
-        """A prefill: token types, one Relevance per sequence over its real positions."""
+    def _end(self, _, module, args, kwargs, output):
+        state, self.current = self.current, None
+        if state is None or not state.in_prefill:
+            return None
+        state.close()
+        cache = getattr(output, "past_key_values", None)
+        if cache is None:
+            cache = kwargs.get("past_key_values")
+        if cache is not None:
+            try:
+                cache._todre_stage2 = state if state.layouts else None
+            except AttributeError:
+                pass
+        return None
+
+    def _start(self, rows, visual, mask, cache):
+        """A prefill: token types; one Relevance per distinct eligible sequence over
+        its real positions. A sequence is eligible for a drop when it has visual
+        and non-visual real tokens and its last real token is not visual (the
+        next token is predicted from it, so it must survive)."""
         if isinstance(mask, torch.Tensor) and mask.dim() == 2:
             valid = mask.bool()
         else:
-            valid = torch.ones_like(ids, dtype=torch.bool)
-        types = self._token_types(ids, valid)
-        visual = ((types == todre.TokenType.VISUAL) & valid).sum(-1)
-        if not bool(visual.any()):
+            valid = torch.ones(visual.shape, dtype=torch.bool, device=visual.device)
+        visual = visual & valid
+        types = self._token_types(visual)
+        if cache is not None:
+            try:
+                cache._todre_stage2 = None
+            except AttributeError:
+                pass
+        count = visual.sum(-1)
+        record = self.depth == 1
+        if record:
+            self.last = {"visual_tokens": [int(v) for v in count],
+                         "drop_layer": [None] * visual.shape[0], "ratios": {}}
+        if not bool(count.any()):
             return                          # a text-only prompt: nothing to drop
-        self.active = True
-        self.prefill_len = ids.shape[1]
-        self.valid, self.types = valid, types
-        for b in range(ids.shape[0]):
+        B, L = visual.shape
+        last_real = (valid.long() * torch.arange(1, L + 1, device=valid.device)).argmax(-1)
+        rels, rep = {}, {}
+        for b in range(B):
+            n_real = int(valid[b].sum())
+            eligible = 0 < int(count[b]) < n_real and not bool(visual[b, last_real[b]])
+            if not eligible:
+                continue
+            same = next((r for r in rels if torch.equal(valid[r], valid[b])
+                         and torch.equal(rows[r], rows[b])), None)
+            if same is not None:
+                rep[b] = same
+                continue
             rel = todre.Relevance(self.num_layers, tau=self.tau, probe_layers=self.probe_layers,
                                   schedule=self.schedule)
             rel.set_types(types[b][valid[b]].cpu())
-            self.rels.append(rel)
-        self.last = {"visual_tokens": [int(v) for v in visual],
-                     "drop_layer": [None] * ids.shape[0], "ratios": {}}
+            rels[b] = rel
+            rep[b] = b
+        if not rels:
+            return
+        self.current = Prefill(valid, types, rels, rep)
+        self._record = record
 
-    def _token_types(self, ids, valid):
-        visual = torch.zeros_like(ids, dtype=torch.bool)
-        for tok in self.visual_ids:
-            visual |= ids == tok
-        visual &= valid
+    def _token_types(self, visual):
         seen = torch.cumsum(visual.long(), dim=1) > 0
-        types = torch.full_like(ids, todre.TokenType.TEXT, dtype=torch.uint8)
+        types = torch.full(visual.shape, todre.TokenType.TEXT, dtype=torch.uint8,
+                           device=visual.device)
         types[~seen] = todre.TokenType.SYSTEM
         types[visual] = todre.TokenType.VISUAL
         return types
 
-    def layout_for(self, j):
-        starts = [s for s in self.layouts if s <= j]
-        return self.layouts[max(starts)] if starts else None
-
     # -- probe ---------------------------------------------------------------
-    def _make_probe(self, j):
-        def hook(attn, args, kwargs, output):
-            if not self.active or not self.rels or self._decoding(j, args, kwargs):
-                return None
-            seqs = [b for b, rel in enumerate(self.rels) if rel.is_probe(j)]
-            if seqs:
-                self._observe(j, attn, args, kwargs, seqs)
+    def _probe(self, j, attn, args, kwargs, output):
+        state = self.current
+        if state is None or not state.in_prefill:
             return None
-        return hook
+        seqs = [b for b, rel in state.rels.items()
+                if b not in state.kept and rel.is_probe(j)]
+        if seqs:
+            self._observe(state, j, attn, args, kwargs, seqs)
+        return None
 
-    def _decoding(self, j, args, kwargs):
-        hidden = kwargs.get("hidden_states", args[0] if args else None)
-        layout = self.layout_for(j)
-        length = layout.length if layout is not None else self.prefill_len
-        return hidden is None or hidden.shape[1] != length
-
-    def _observe(self, j, attn, args, kwargs, seqs):
+    def _observe(self, state, j, attn, args, kwargs, seqs):
         hidden = kwargs.get("hidden_states", args[0] if args else None)
         q, k = _post_rope_qk(attn, hidden, kwargs["position_embeddings"])
         if q.is_cuda and "cuda" not in todre.available_backends():
             q, k = q.float().cpu(), k.float().cpu()
-        layout = self.layout_for(j)
-        valid = layout.valid if layout is not None else self.valid
+        layout = state.layout_for(j)
+        valid = layout.valid if layout is not None else state.valid
         scale = float(getattr(attn, "scaling", 0.0) or 0.0)
         for b in seqs:
             qb, kb = _real_slots(q[b], k[b], valid[b].to(q.device))
-            decision = self.rels[b].observe_qk(j, qb, kb, scale=scale)[0]
-            self.last["ratios"][(b, j)] = self.rels[b].ratios(j)
-            if decision == todre.Decision.DROP:
-                self.dropped_at[b] = j
-                self.last["drop_layer"][b] = j
+            rel = state.rels[b]
+            decision = rel.observe_qk(j, qb, kb, scale=scale)[0]
+            ratios = rel.ratios(j)
+            dropped = decision == todre.Decision.DROP
+            if dropped:
+                real = torch.nonzero(state.valid[b]).flatten()
+                state.kept[b] = real[torch.from_numpy(rel.keep_positions()).to(real.device)]
+            for row, r in state.rep.items():
+                if r != b:
+                    continue
+                if self._record:
+                    self.last["ratios"][(row, j)] = ratios
+                if dropped:
+                    state.dropped_at[row] = j
+                    if self._record:
+                        self.last["drop_layer"][row] = j
 
     # -- drop: re-pack after the drop layer ------------------------------------
-    def _make_post(self, j):
-        def hook(layer, args, output):
-            if not self.active or j not in self.dropped_at.values() or (j + 1) in self.layouts:
-                return None
-            hidden = output[0] if isinstance(output, tuple) else output
-            if hidden.shape[1] != self._length_at(j):
-                return None
-            new = self._repack(j)
-            self.layouts[j + 1] = new
-            gathered = _gather_slots(hidden, self._slot_index(j, new), new.valid)
-            return (gathered,) + tuple(output[1:]) if isinstance(output, tuple) else gathered
-        return hook
+    def _post(self, j, layer, args, output):
+        state = self.current
+        if state is None or not state.in_prefill or (j + 1) in state.layouts \
+                or j not in state.dropped_at.values():
+            return None
+        hidden = output[0] if isinstance(output, tuple) else output
+        cur = state.layout_for(j)
+        if hidden.shape[1] != (cur.length if cur is not None else state.prefill_len):
+            return None
+        new = self._repack(state, j)
+        state.layouts[j + 1] = new
+        gathered = _gather_slots(hidden, self._slot_index(state, j, new), new.valid)
+        return (gathered,) + tuple(output[1:]) if isinstance(output, tuple) else gathered
 
-    def _length_at(self, j):
-        layout = self.layout_for(j)
-        return layout.length if layout is not None else self.prefill_len
-
-    def _repack(self, j):
+    def _repack(self, state, j):
         """New layout after layer j: drop the visual slots of sequences deciding at j."""
-        cur = self.layout_for(j)
-        B = self.valid.shape[0]
-        device = self.valid.device
+        cur = state.layout_for(j)
+        B = state.valid.shape[0]
+        device = state.valid.device
         if cur is None:
-            orig = torch.arange(self.prefill_len, device=device).expand(B, -1)
-            valid = self.valid
+            orig = torch.arange(state.prefill_len, device=device).expand(B, -1)
+            valid = state.valid
         else:
             orig, valid = cur.orig.to(device), cur.valid.to(device)
         rows = []
         for b in range(B):
             keep = valid[b].clone()
-            if self.dropped_at.get(b) == j:
-                # the library's keep positions index b's real positions
-                real = torch.nonzero(self.valid[b]).flatten()
-                kept = real[torch.from_numpy(self.rels[b].keep_positions()).to(real.device)]
-                survive = torch.zeros(self.prefill_len, dtype=torch.bool, device=device)
-                survive[kept.to(device)] = True
+            if state.dropped_at.get(b) == j:
+                survive = torch.zeros(state.prefill_len, dtype=torch.bool, device=device)
+                survive[state.kept[state.rep[b]].to(device)] = True
                 keep &= survive[orig[b]]
             rows.append(orig[b][keep])
         length = max(r.numel() for r in rows)
@@ -233,44 +342,42 @@ class Stage2:
             new_valid[b, length - r.numel():] = True
         return Layout(new_orig, new_valid)
 
-    def _slot_index(self, j, new):
+    def _slot_index(self, state, j, new):
         """For every slot of `new`, its slot in the layout of layer j."""
-        cur = self.layout_for(j)
+        cur = state.layout_for(j)
         if cur is None:
             return new.orig
-        # map original position -> current slot, per row
         B = new.orig.shape[0]
-        lookup = torch.zeros(B, self.prefill_len, dtype=torch.long, device=new.orig.device)
+        lookup = torch.zeros(B, state.prefill_len, dtype=torch.long, device=new.orig.device)
         for b in range(B):
             slots = torch.nonzero(cur.valid[b]).flatten().to(new.orig.device)
             lookup[b, cur.orig[b][cur.valid[b]].to(new.orig.device)] = slots
         return lookup.gather(1, new.orig)
 
     # -- layers after the drop -------------------------------------------------
-    def _make_pre(self, j):
-        def hook(layer, args, kwargs):
-            if not self.active:
-                return None
-            layout = self.layout_for(j)
-            if layout is None:
-                return None
-            hidden = args[0] if args else kwargs["hidden_states"]
-            q_len = hidden.shape[1]
-            cache = kwargs.get("past_key_values")
-            past = _layer_cache_len(cache, j)
-            kwargs = dict(kwargs)
-            kwargs["attention_mask"] = self._mask(layout, past, q_len, hidden)
-            if past == 0:   # prefill: positions follow the kept slots
-                kwargs["position_embeddings"] = _rope_for(layout, kwargs["position_embeddings"])
-                pid = kwargs.get("position_ids")
-                if isinstance(pid, torch.Tensor) and pid.shape[-1] == self.prefill_len:
-                    kwargs["position_ids"] = layout.gather_seq(pid, pid.dim() - 1)
-            return args, kwargs
-        return hook
+    def _pre(self, j, layer, args, kwargs):
+        state = self.current
+        if state is None:
+            return None
+        layout = state.layout_for(j)
+        if layout is None:
+            return None
+        hidden = args[0] if args else kwargs["hidden_states"]
+        q_len = hidden.shape[1]
+        cache = kwargs.get("past_key_values")
+        past = _layer_cache_len(cache, j)
+        kwargs = dict(kwargs)
+        kwargs["attention_mask"] = self._mask(state, layout, past, q_len, hidden)
+        if past == 0:   # prefill: positions follow the kept slots
+            kwargs["position_embeddings"] = _rope_for(layout, kwargs["position_embeddings"])
+            pid = kwargs.get("position_ids")
+            if isinstance(pid, torch.Tensor) and pid.shape[-1] == state.prefill_len:
+                kwargs["position_ids"] = layout.gather_seq(pid, pid.dim() - 1)
+        return args, kwargs
 
-    def _mask(self, layout, past, q_len, hidden):
+    def _mask(self, state, layout, past, q_len, hidden):
         """[B, 1, q_len, past + q_len] mask of this layer's keys: valid prefill slots,
-        then every decoded token, causally. A padding query sees itself only (a fully
+        then every later token, causally. A padding query sees itself only (a fully
         masked row would give NaN)."""
         device = hidden.device
         B, L = layout.valid.shape
