@@ -1,11 +1,11 @@
 """`todre info` and `todre --version`: the version is the library's own,
 every registered backend is listed with where it came from and whether it
 can run, and every device of an available backend with its properties."""
-import ctypes
 import json
 import os
 import re
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -23,16 +23,35 @@ def project_version():
     return tuple(int(g) for g in m.groups())
 
 
+_VERSION_QUERY = (
+    "import ctypes, sys\n"
+    "lib = ctypes.CDLL(sys.argv[1])\n"
+    "lib.todre_version_string.restype = ctypes.c_char_p\n"
+    "lib.todre_version_number.restype = ctypes.c_uint\n"
+    "print(lib.todre_version_string().decode(), lib.todre_version_number())\n"
+)
+
+
 @pytest.fixture(scope="module")
 def library(cli_exe):
-    """The libtodre the tool runs with (as the dynamic loader resolves it)."""
+    """(version string, version number) of the libtodre the tool runs with
+    (as the dynamic loader resolves it), asked through ctypes in a child
+    Python. A sanitizer build's library needs its runtime loaded first, so
+    the child preloads the runtimes the tool links (ASan must come first)."""
     out = subprocess.run(["ldd", cli_exe], capture_output=True, text=True, check=True).stdout
     m = re.search(r"libtodre\.so\.\d+\s*=>\s*(\S+)", out)
     assert m, "the tool does not link libtodre.so.<major>:\n" + out
-    lib = ctypes.CDLL(m.group(1))
-    lib.todre_version_string.restype = ctypes.c_char_p
-    lib.todre_version_number.restype = ctypes.c_uint
-    return lib
+    env = dict(os.environ)
+    runtimes = re.findall(r"lib(?:asan|ubsan|tsan)\.so\S*\s*=>\s*(\S+)", out)
+    if runtimes:
+        runtimes.sort(key=lambda p: "asan" not in p)
+        env["LD_PRELOAD"] = ":".join(runtimes)
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    r = subprocess.run([sys.executable, "-c", _VERSION_QUERY, m.group(1)], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    string, number = r.stdout.split()
+    return string, int(number)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +60,7 @@ def info(cli):
 
 
 def test_version_is_the_librarys(cli, info, library):
-    string = library.todre_version_string().decode()
-    number = library.todre_version_number()
+    string, number = library
     major, minor, patch = project_version()
     assert string == "%d.%d.%d" % (major, minor, patch)
     assert number == major * 10000 + minor * 100 + patch
