@@ -1,5 +1,5 @@
 """`todre relevance` against a float64 computation of the paper's formula,
-written here from DESIGN.md section 3:
+written here from docs/semantics.md (stage 2):
 
   alpha_t2v = sum_{h, i in TEXT, j in VISUAL} A / sum_{h, i in TEXT, all j} A
   alpha_v2t = sum_{h, i in VISUAL, j in TEXT} A / sum_{h, i in VISUAL, all j} A
