@@ -5,6 +5,11 @@
  * a fully resolved job struct below -> the context's backend table -> kernels.
  * Backends never validate user arguments again (the core has checked ranks,
  * shapes, strides, devices, budgets and ranges) and never see each other.
+ * What the core guarantees every job, so that a backend's own size products
+ * cannot overflow: every array's strided extent is at most 2^56 bytes and
+ * does not wrap the address space; batch B and layer count L are at most
+ * 2^20, heads H at most 2^20, B * H * Q * K fits int64; a planned Gram
+ * matrix's n * n * 4 bytes fit int64 and size_t.
  * The only input property a backend checks is finiteness of the data, since
  * only the backend can read device memory cheaply.
  *

@@ -191,8 +191,11 @@ todre_status todre_context_copy(todre_context *ctx, const DLTensor *dst, const D
     if (!todre_array_is_compact(&s))
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "src: must be compact (row-major)");
     if (d.count == 0) return TODRE_OK;
-    /* cannot overflow: todre_array_map checked the byte span */
-    size_t bytes = (size_t)d.count * todre_dtype_size(d.dtype);
+    /* compact: the byte size is the extent todre_array_map bounded */
+    size_t bytes;
+    if (!todre_bytes(d.count, todre_dtype_size(d.dtype), &bytes))
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "dst: %lld elements overflow size_t",
+                          (long long)d.count);
     int dst_dev = d.device != TODRE_DEVICE_HOST, src_dev = s.device != TODRE_DEVICE_HOST;
     DIAG(diag);
     st = ctx->be->ops->mem_copy(ctx->be, d.data, dst_dev, s.data, src_dev, bytes, &diag);
@@ -204,8 +207,9 @@ todre_status todre_context_copy(todre_context *ctx, const DLTensor *dst, const D
 int64_t *todre_ctx_i64(struct todre_context *ctx, size_t n)
 {
     if (n > ctx->i64_scratch_len) {
-        if (n > SIZE_MAX / sizeof(int64_t)) return NULL;
-        int64_t *p = realloc(ctx->i64_scratch, n * sizeof *p);
+        size_t bytes;
+        if (!todre_mul_size(n, sizeof(int64_t), &bytes)) return NULL;
+        int64_t *p = realloc(ctx->i64_scratch, bytes);
         if (!p) return NULL;
         ctx->i64_scratch = p;
         ctx->i64_scratch_len = n;
@@ -216,8 +220,9 @@ int64_t *todre_ctx_i64(struct todre_context *ctx, size_t n)
 struct todre_select_plan *todre_ctx_plans(struct todre_context *ctx, size_t n)
 {
     if (n > ctx->plan_scratch_len) {
-        if (n > SIZE_MAX / sizeof(struct todre_select_plan)) return NULL;
-        struct todre_select_plan *p = realloc(ctx->plan_scratch, n * sizeof *p);
+        size_t bytes;
+        if (!todre_mul_size(n, sizeof(struct todre_select_plan), &bytes)) return NULL;
+        struct todre_select_plan *p = realloc(ctx->plan_scratch, bytes);
         if (!p) return NULL;
         ctx->plan_scratch = p;
         ctx->plan_scratch_len = n;

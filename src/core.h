@@ -12,9 +12,11 @@
 
 #define TODRE_MSG_CAP 512
 
-/* ---- checked arithmetic (the one place int64 overflow is tested) -------- */
+/* ---- checked arithmetic and size limits (the one place overflow is tested) -- */
 
-/* *r = a * b, a + b; return 0 on overflow (r then unspecified). */
+/* Every size, span, offset and count the core computes from caller input goes
+ * through these: *r = a * b or a + b, returning 0 on overflow (*r is then
+ * unspecified). */
 static inline int todre_mul_i64(int64_t a, int64_t b, int64_t *r)
 {
     return !__builtin_mul_overflow(a, b, r);
@@ -23,6 +25,39 @@ static inline int todre_add_i64(int64_t a, int64_t b, int64_t *r)
 {
     return !__builtin_add_overflow(a, b, r);
 }
+static inline int todre_mul_size(size_t a, size_t b, size_t *r)
+{
+    return !__builtin_mul_overflow(a, b, r);
+}
+static inline int todre_add_size(size_t a, size_t b, size_t *r)
+{
+    return !__builtin_add_overflow(a, b, r);
+}
+/* *r = n elements of @p size bytes, as a size_t; 0 when n < 0 or the product
+ * does not fit (host scratch sizes). */
+static inline int todre_bytes(int64_t n, size_t size, size_t *r)
+{
+    return n >= 0 && (uint64_t)n <= SIZE_MAX && todre_mul_size((size_t)n, size, r);
+}
+
+/* The largest byte extent of one array: its strided span (sum over the
+ * dimensions of (shape - 1) x stride, plus one element, in bytes) plus its
+ * byte_offset. 2^56 bytes is the largest user address space of any 64-bit
+ * platform (x86-64 with 5-level paging, RISC-V Sv57), so no real array is
+ * larger; an extent below it leaves every index and byte computation on the
+ * array inside int64 with a factor of 64 to spare. On 32-bit hosts:
+ * PTRDIFF_MAX. */
+#if UINTPTR_MAX > 0xFFFFFFFFu
+#define TODRE_MAX_ARRAY_BYTES ((int64_t)1 << 56)
+#else
+#define TODRE_MAX_ARRAY_BYTES ((int64_t)PTRDIFF_MAX)
+#endif
+
+/* Stage 2: the most query heads (and key heads) of one observation. Together
+ * with num_layers and batch <= 2^20 (the parameter table) and attention
+ * entries B * H * Q * K <= INT64_MAX, it bounds every per-head and
+ * per-sequence product a backend forms (B * H results, B * H * Q rows). */
+#define TODRE_MAX_HEADS ((int64_t)1 << 20)
 
 /* ---- errors -------------------------------------------------------------- */
 
@@ -75,8 +110,10 @@ enum todre_where {
 
 /* Map @p dl (named @p name in messages) into @p a and check it: non-NULL,
  * dtype in the bitmask @p dtypes, device per @p where, rank, shape, strides,
- * data and int64 extents. Errors are reported on @p ctx (may be NULL with
- * TODRE_WHERE_HOST). */
+ * data, and the byte extent (at most TODRE_MAX_ARRAY_BYTES, no wrap of the
+ * address space). On success a->count and every offset
+ * sum_i idx_i * strides[i] (idx_i < shape[i]) fit int64. Errors are reported
+ * on @p ctx (may be NULL with TODRE_WHERE_HOST); @p a is then unspecified. */
 todre_status todre_array_map(struct todre_context *ctx, const DLTensor *dl, const char *name,
                              unsigned dtypes, enum todre_where where, struct todre_array *a);
 

@@ -27,11 +27,18 @@ struct todre_relevance {
     uint8_t *chunk_types; /* [B, K] scratch: types of the keys of one chunk */
 };
 
+/* batch x num_layers, whose products with the element sizes below were
+ * checked when the handle was created. */
+static size_t bl_count(const struct todre_relevance *r)
+{
+    return (size_t)r->batch * (size_t)r->num_layers;
+}
+
 static void reset_observations(struct todre_relevance *r)
 {
     for (int64_t b = 0; b < r->batch; b++) r->drop_layer[b] = -1;
-    memset(r->observed, 0, (size_t)(r->batch * r->num_layers));
-    memset(r->pending, 0, (size_t)(r->batch * r->num_layers) * TODRE_NUM_SUMS * sizeof *r->pending);
+    memset(r->observed, 0, bl_count(r));
+    memset(r->pending, 0, bl_count(r) * TODRE_NUM_SUMS * sizeof *r->pending);
     memset(r->pending_end, 0, (size_t)r->num_layers * sizeof *r->pending_end);
 }
 
@@ -52,9 +59,16 @@ todre_status todre_relevance_create(int64_t num_layers, int64_t batch, todre_rel
     if (st != TODRE_OK) return st;
     if ((st = todre_param_check_int(NULL, TODRE_RELEVANCE_BATCH, "batch", batch)) != TODRE_OK)
         return st;
+    /* Both ranges are [1, 2^20] (the parameter table), so these fit on 64-bit
+     * hosts; checked for every host. bl4 bounds every product below. */
+    size_t bl, bl4;
+    if (!todre_mul_size((size_t)batch, (size_t)num_layers, &bl) ||
+        !todre_mul_size(bl, TODRE_NUM_SUMS * sizeof(double), &bl4))
+        return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY,
+                          "batch x num_layers = %lld x %lld: the state does not fit host memory",
+                          (long long)batch, (long long)num_layers);
     struct todre_relevance *r = calloc(1, sizeof *r);
     if (!r) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "relevance: out of memory");
-    size_t bl = (size_t)batch * (size_t)num_layers; /* <= 2^40: both ranges are 2^20 */
     todre_param_defaults(TODRE_OWNER_RELEVANCE, &r->p);
     r->p.num_layers = r->num_layers = num_layers;
     r->p.batch = r->batch = batch;
@@ -219,9 +233,11 @@ todre_status todre_relevance_is_probe(const todre_relevance *r, int64_t seq, int
     return TODRE_OK;
 }
 
+/* Takes @p types ([batch, K], batch x K checked by the caller) and frees it
+ * on failure. */
 static todre_status install_types(struct todre_relevance *r, uint8_t *types, int64_t K)
 {
-    uint8_t *scratch = r->batch > 1 ? malloc((size_t)(r->batch * K)) : NULL;
+    uint8_t *scratch = r->batch > 1 ? malloc((size_t)r->batch * (size_t)K) : NULL;
     if (r->batch > 1 && !scratch) {
         free(types);
         return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "types: out of memory");
@@ -249,11 +265,12 @@ todre_status todre_relevance_set_types(todre_relevance *r, const DLTensor *types
                           "types: shape must be [K] or [batch = %lld, K]", (long long)r->batch);
     int64_t K = t.shape[t.rank - 1], total;
     if (K < 1) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "types: K = 0 positions");
-    if (!todre_mul_i64(r->batch, K, &total) || (uint64_t)total > SIZE_MAX)
+    size_t bytes;
+    if (!todre_mul_i64(r->batch, K, &total) || !todre_bytes(total, 1, &bytes))
         return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
                           "types: batch x K = %lld x %lld overflows", (long long)r->batch,
                           (long long)K);
-    uint8_t *copy = malloc((size_t)total);
+    uint8_t *copy = malloc(bytes);
     if (!copy) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "types: out of memory");
     const uint8_t *src = t.data;
     int64_t sk = t.strides[t.rank - 1], sb = per_seq ? t.strides[0] : 0;
@@ -280,10 +297,23 @@ todre_status todre_relevance_set_layout(todre_relevance *r, int64_t n_system, in
         return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "%s: negative count",
                           n_system < 0 ? "n_system" : n_visual < 0 ? "n_visual" : "n_text");
     if (n_system > INT32_MAX || n_visual > INT32_MAX || n_text > INT32_MAX)
-        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layout: count above 2^31");
-    int64_t K = n_system + n_visual + n_text;
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "%s: %lld is above 2^31 - 1",
+                          n_system > INT32_MAX   ? "n_system"
+                          : n_visual > INT32_MAX ? "n_visual"
+                                                 : "n_text",
+                          (long long)(n_system > INT32_MAX   ? n_system
+                                      : n_visual > INT32_MAX ? n_visual
+                                                             : n_text));
+    int64_t K, total;
+    size_t bytes;
+    if (!todre_add_i64(n_system, n_visual, &K) || !todre_add_i64(K, n_text, &K))
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layout: K overflows int64");
     if (K < 1) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "layout: K = 0 positions");
-    uint8_t *copy = malloc((size_t)(r->batch * K));
+    if (!todre_mul_i64(r->batch, K, &total) || !todre_bytes(total, 1, &bytes))
+        return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT,
+                          "layout: batch x K = %lld x %lld overflows", (long long)r->batch,
+                          (long long)K);
+    uint8_t *copy = malloc(bytes);
     if (!copy) return todre_fail(NULL, TODRE_ERR_OUT_OF_MEMORY, "layout: out of memory");
     for (int64_t b = 0; b < r->batch; b++) {
         uint8_t *row = copy + b * K;
@@ -473,6 +503,10 @@ todre_status todre_relevance_observe_probs(todre_context *ctx, todre_relevance *
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                           "attn: shape [H = %lld, Q = %lld, K = %lld] needs H >= 1, 1 <= Q <= K",
                           (long long)H, (long long)Q, (long long)K);
+    /* B x H x Q x K is the element count todre_array_map checked */
+    if (H > TODRE_MAX_HEADS)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "attn: H = %lld heads, at most %lld",
+                          (long long)H, (long long)TODRE_MAX_HEADS);
     struct todre_relevance_probs_job job;
     memset(&job, 0, sizeof job);
     if ((st = begin_chunk(ctx, r, layer, "attn", Q, K, &job.c)) != TODRE_OK) return st;
@@ -532,6 +566,18 @@ todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, 
     if (Q < 1 || Q > K)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "q: Q = %lld queries, need 1 <= Q <= K = %lld",
                           (long long)Q, (long long)K);
+    if (H > TODRE_MAX_HEADS)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "q: H = %lld heads, at most %lld",
+                          (long long)H, (long long)TODRE_MAX_HEADS);
+    /* The attention entries the backend scores: B x H x Q x K, as for
+     * observe_probs (H_kv <= H, so k's heads are bounded too). */
+    int64_t entries;
+    if (!todre_mul_i64(r->batch, H, &entries) || !todre_mul_i64(entries, Q, &entries) ||
+        !todre_mul_i64(entries, K, &entries))
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "k: B x H x Q x K = %lld x %lld x %lld x %lld attention entries "
+                          "overflow int64",
+                          (long long)r->batch, (long long)H, (long long)Q, (long long)K);
     if (scale == 0.0) scale = 1.0 / sqrt((double)dh);
     if (!(scale > 0.0) || !isfinite(scale))
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "scale: %g, must be > 0 and finite (or 0)",

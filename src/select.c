@@ -258,13 +258,21 @@ todre_status todre_select_batch(todre_context *ctx, const todre_select_config *c
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                           "offsets: shape must be [B + 1] with B >= 1");
     int64_t nseg = off.shape[0] - 1;
-    /* Every set has >= 1 row, so nseg <= total_rows and 4 * nseg + 2 fits. */
+    /* Every set has >= 1 row, so nseg <= total_rows. */
     if (nseg > total_rows)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                           "offsets: %lld sets for %lld rows (no set may be empty)",
                           (long long)nseg, (long long)total_rows);
 
-    int64_t *tab = todre_ctx_i64(ctx, (size_t)(4 * nseg + 2));
+    /* Host tables: offsets [B + 1], k [B], output offsets [B + 1], pivots [B]. */
+    int64_t tab_len;
+    size_t tab_bytes;
+    if (!todre_mul_i64(nseg, 4, &tab_len) || !todre_add_i64(tab_len, 2, &tab_len) ||
+        !todre_bytes(tab_len, sizeof(int64_t), &tab_bytes))
+        return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY,
+                          "offsets: tables for %lld sets do not fit host memory",
+                          (long long)nseg);
+    int64_t *tab = todre_ctx_i64(ctx, (size_t)tab_len);
     if (!tab) return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY, "select_batch: out of host memory");
     int64_t *seg_off = tab, *seg_k = tab + nseg + 1, *out_off = tab + 2 * nseg + 1;
     int64_t *seg_pivot = tab + 3 * nseg + 2;
@@ -297,7 +305,11 @@ todre_status todre_select_batch(todre_context *ctx, const todre_select_config *c
         } else if ((st = todre_resolve_keep(ctx, cfg, n, &seg_k[b])) != TODRE_OK) {
             return st;
         }
-        out_off[b + 1] = out_off[b] + seg_k[b]; /* <= total_rows */
+        /* K = sum of the k, each <= its set's n, so K <= N; checked anyway */
+        if (!todre_add_i64(out_off[b], seg_k[b], &out_off[b + 1]))
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "keep: the sum of the per-set k overflows int64 at set %lld",
+                              (long long)b);
     }
     if ((st = check_out(ctx, out, (todre_order)cfg->p.order, out_off[nseg], &job)) != TODRE_OK)
         return st;

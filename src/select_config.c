@@ -81,9 +81,17 @@ todre_status todre_resolve_keep(struct todre_context *ctx, const struct todre_se
         *k = cfg->p.keep;
         return TODRE_OK;
     }
+    /* k = clamp(floor(r n + 0.5), 1, n) for any n in [1, INT64_MAX] and r in
+     * (0, 1]. (double)n may round up (to 2^63 for n near INT64_MAX), and
+     * r n + 0.5 may too: the clamp happens in double before any conversion,
+     * so no out-of-range double is ever converted and k never exceeds n. */
     double kk = floor(cfg->p.ratio * (double)n + 0.5);
-    if (kk < 1.0) kk = 1.0;
-    *k = kk >= (double)n ? n : (int64_t)kk; /* no (int64_t) of 2^63 */
+    int64_t out;
+    if (!(kk >= 1.0)) out = 1;               /* also a NaN, which the table excludes */
+    else if (kk >= (double)n) out = n;
+    else out = (int64_t)kk;                  /* 1 <= kk < (double)n <= 2^63 */
+    if (out > n) out = n;
+    *k = out;
     return TODRE_OK;
 }
 

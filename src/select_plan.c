@@ -89,12 +89,24 @@ static double padded(int64_t n, int64_t block)
 /* work / rate, infinite when the rate is not known. */
 static double cost(double work, double rate) { return rate > 0 ? work / rate : INFINITY; }
 
+/* Whether an m x m fp32 matrix has a byte size that fits int64 (and so
+ * size_t on 64-bit hosts): the bound a backend relies on when it allocates a
+ * planned Gram matrix; the workspace limit (double, as the backends compare
+ * it) decides below it. */
+static int square_bytes_fit(int64_t m)
+{
+    int64_t bytes;
+    return todre_mul_i64(m, m, &bytes) && todre_mul_i64(bytes, (int64_t)sizeof(float), &bytes) &&
+           (uint64_t)bytes <= SIZE_MAX;
+}
+
 /* Whether an n x n fp32 Gram matrix may be planned. */
 static int gram_fits(const struct todre_backend *be, int64_t n)
 {
     const struct todre_backend_caps *c = &be->caps;
     if (!has_strategy(c, TODRE_STRATEGY_GRAM)) return 0;
     if (c->gram_max_n > 0 && n > c->gram_max_n) return 0;
+    if (!square_bytes_fit(n)) return 0;
     return (double)n * (double)n * sizeof(float) <= (double)be->params.workspace_limit;
 }
 
@@ -108,7 +120,8 @@ static int fast_unit(const struct todre_backend *be, todre_dtype dt)
 static int gram_fast(const struct todre_backend *be, int64_t n, todre_dtype dt)
 {
     double np = padded(n, be->caps.rows_batch);
-    return fast_unit(be, dt) && np * np * sizeof(float) <= (double)be->params.workspace_limit;
+    return fast_unit(be, dt) && np < 0x1p62 && square_bytes_fit((int64_t)np) &&
+           np * np * sizeof(float) <= (double)be->params.workspace_limit;
 }
 
 /* Rows the ROWS store holds within the limit (the batch output counts too),

@@ -1,7 +1,8 @@
 /* DLTensor arguments: the one place DLPack codes are interpreted. Each
  * array argument is mapped, per call, into a struct todre_array on the
  * caller's stack (no allocation) and checked: dtype, device, rank, shape,
- * strides, data and int64 extents. Messages name the argument. */
+ * strides, data and byte extent (core.h: TODRE_MAX_ARRAY_BYTES, no wrap of
+ * the address space). Messages name the argument. */
 #include <stdio.h>
 #include <string.h>
 
@@ -158,12 +159,15 @@ todre_status todre_array_map(struct todre_context *ctx, const DLTensor *dl, cons
                               name, i, (long long)s);
         if (!todre_mul_i64(count, s, &count))
             return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                              "%s: the element count overflows int64", name);
+                              "%s: the element count (product of the shape) overflows int64",
+                              name);
         a->shape[i] = s;
     }
     a->count = count;
 
-    /* Strides (elements); NULL = compact row-major. */
+    /* Strides (elements); NULL = compact row-major. The compact strides of an
+     * empty array may not fit (the product of its nonzero extents): they are
+     * never used, and are 0 from the one that does not on. */
     int64_t compact = 1;
     for (int i = a->rank - 1; i >= 0; i--) {
         if (dl->strides) {
@@ -175,34 +179,56 @@ todre_status todre_array_map(struct todre_context *ctx, const DLTensor *dl, cons
         } else {
             a->strides[i] = compact;
         }
-        /* cannot overflow: the product of all extents fits (count), or one is 0 */
-        compact *= a->shape[i] > 0 ? a->shape[i] : 1;
+        if (!todre_mul_i64(compact, a->shape[i] > 0 ? a->shape[i] : 1, &compact)) compact = 0;
     }
 
-    /* Bytes from the data pointer to one past the last element, offset
-     * included, must fit in int64 (so that every index computation does). */
-    int64_t span = 0;
-    if (count > 0) {
-        int64_t last = 0;
-        for (int i = 0; i < a->rank; i++) {
-            int64_t t;
-            if (!todre_mul_i64(a->shape[i] - 1, a->strides[i], &t) || !todre_add_i64(last, t, &last))
-                return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                                  "%s: the strided extent overflows int64", name);
-        }
-        if (!todre_add_i64(last, 1, &span) ||
-            !todre_mul_i64(span, (int64_t)todre_dtype_size(dt), &span))
-            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                              "%s: the strided extent overflows int64", name);
-    }
-    if (dl->byte_offset > (uint64_t)INT64_MAX || !todre_add_i64(span, (int64_t)dl->byte_offset, &span))
+    /* Byte extent: from the data pointer to one past the last byte of the
+     * last element, byte_offset included (byte_offset alone for an empty
+     * array). At most TODRE_MAX_ARRAY_BYTES, so that every index and byte
+     * computation on the array fits int64, and data + extent must not wrap
+     * the address space. */
+    const int64_t limit = TODRE_MAX_ARRAY_BYTES;
+    if (dl->byte_offset > (uint64_t)limit)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                          "%s: byte_offset %llu puts the array beyond int64", name,
-                          (unsigned long long)dl->byte_offset);
+                          "%s: byte_offset %llu is above the %lld-byte limit of one array", name,
+                          (unsigned long long)dl->byte_offset, (long long)limit);
+    int64_t extent = 0;
+    if (count > 0) {
+        int64_t last = 0, t;
+        int ok = 1;
+        for (int i = 0; i < a->rank && ok; i++)
+            ok = todre_mul_i64(a->shape[i] - 1, a->strides[i], &t) &&
+                 todre_add_i64(last, t, &last);
+        ok = ok && todre_add_i64(last, 1, &extent) &&
+             todre_mul_i64(extent, (int64_t)todre_dtype_size(dt), &extent) &&
+             todre_add_i64(extent, (int64_t)dl->byte_offset, &extent) && extent <= limit;
+        if (!ok) {
+            /* name the dimension that reaches farthest */
+            int far = 0;
+            double reach = -1;
+            for (int i = 0; i < a->rank; i++) {
+                double r = (double)(a->shape[i] - 1) * (double)a->strides[i];
+                if (r > reach) reach = r, far = i;
+            }
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "%s: the strided extent (shape[%d] = %lld with strides[%d] = %lld, "
+                              "%s, byte_offset %llu) exceeds the %lld-byte limit of one array",
+                              name, far, (long long)a->shape[far], far,
+                              (long long)a->strides[far], todre_dtype_name(dt),
+                              (unsigned long long)dl->byte_offset, (long long)limit);
+        }
+    } else {
+        extent = (int64_t)dl->byte_offset;
+    }
 
     if (!dl->data && count > 0)
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: data is NULL for a non-empty array",
                           name);
+    if (dl->data && (uintptr_t)dl->data > UINTPTR_MAX - (uintptr_t)extent)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: data %p + %lld bytes (byte_offset and extent) wraps around the "
+                          "address space",
+                          name, dl->data, (long long)extent);
     a->data = dl->data ? (char *)dl->data + dl->byte_offset : NULL;
 
     return check_device(ctx, a, name, where);
@@ -210,9 +236,10 @@ todre_status todre_array_map(struct todre_context *ctx, const DLTensor *dl, cons
 
 int todre_array_is_compact(const struct todre_array *a)
 {
+    if (a->count == 0) return 1; /* nothing to lay out; and want below fits */
     int64_t want = 1;
     for (int i = a->rank - 1; i >= 0; i--) {
-        if (a->shape[i] != 1 && a->strides[i] != want) return a->count == 0;
+        if (a->shape[i] != 1 && a->strides[i] != want) return 0;
         want *= a->shape[i];
     }
     return 1;

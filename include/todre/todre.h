@@ -6,8 +6,11 @@
  * symbol version node TODRE_1.0). The rules, stated once:
  *
  *  - Every fallible function returns a ::todre_status; results come back
- *    through out-pointers, which are written only on success unless a
- *    function says otherwise.
+ *    through out-pointers, which are written only on success: a failed call
+ *    leaves every out-pointer untouched. The one exception is the `count` of
+ *    todre_relevance_get_probe_layers() and todre_relevance_keep_positions(),
+ *    also written when the output array is too small. A call whose
+ *    arguments are rejected does not write its output arrays either.
  *  - The library never aborts, exits or prints. On failure the detail text,
  *    which names the bad argument, is available from todre_last_error()
  *    (thread-local, every call) and, for calls that take a context, also
@@ -36,6 +39,26 @@
  *    what any other context or library in the process sees. Functions
  *    without a handle are thread-safe.
  *  - Every `destroy` function accepts NULL.
+ *  - Limits (anything beyond is rejected with TODRE_ERR_INVALID_ARGUMENT and
+ *    a message naming the argument, never wrapped or truncated):
+ *      arrays: see "Arrays" below (rank <= TODRE_MAX_RANK, element count and
+ *        byte extent bounds);
+ *      integer parameters: the ranges todre_param_get_bounds() reports
+ *        (e.g. a context's thread count in [0, 1024], a relevance handle's
+ *        num_layers and batch in [1, 2^20]);
+ *      stage 2: at most 2^20 query (and key) heads per observation,
+ *        B x H x Q x K attention entries at most INT64_MAX (also for
+ *        todre_relevance_observe_qk()), each count of
+ *        todre_relevance_set_layout() at most 2^31 - 1;
+ *      todre_select_keep_count(): any n in [1, INT64_MAX];
+ *      todre_context_alloc(): bytes in [1, INT64_MAX];
+ *      backend names: 1 to 31 characters of [a-z0-9_]; at most 16 backends
+ *        are registered;
+ *      messages (todre_last_error(), todre_context_last_error()): at most
+ *        511 bytes, longer ones are truncated.
+ *    A backend may support less (e.g. CUDA: at most 2^31 - 1 rows per
+ *    selection call); it then returns TODRE_ERR_UNSUPPORTED naming the
+ *    argument.
  *
  * Normative semantics of both stages: docs/semantics.md. The API by task,
  * and the choices made where the paper is silent: docs/api.md.
@@ -103,7 +126,8 @@ typedef enum todre_status {
 TODRE_API const char *todre_status_string(todre_status status);
 
 /** @return the detail message of the last libtodre call on this thread:
- *  "" if it succeeded. Valid until the next libtodre call on this thread. */
+ *  "" if it succeeded. Valid until the next libtodre call on this thread.
+ *  At most 511 bytes (a longer message is truncated). */
 TODRE_API const char *todre_last_error(void);
 
 /* ------------------------------------------------------------------------- */
@@ -192,10 +216,12 @@ typedef enum todre_param {
     /** int. First row of the pivot range, relative to each token set; range
      *  [0, INT64_MAX - 1]; default 0. */
     TODRE_SELECT_PIVOT_LO = 202,
-    /** int. One past the last row of the pivot range; -1 (default) = n. A
-     *  range that does not fit a token set is an error at selection time. */
+    /** int. One past the last row of the pivot range; range [-1, INT64_MAX];
+     *  -1 (default) = n. A range that does not fit a token set is an error at
+     *  selection time. */
     TODRE_SELECT_PIVOT_HI = 203,
-    /** int. Tokens to keep per set, >= 1; 0 (default) = use the ratio. */
+    /** int. Tokens to keep per set, in [1, INT64_MAX] (above a set's n is an
+     *  error at selection time); 0 (default) = use the ratio. */
     TODRE_SELECT_KEEP = 204,
     /** double. Keep ratio r in (0, 1]: k = clamp(floor(r * n + 0.5), 1, n).
      *  Setting it also sets TODRE_SELECT_KEEP to 0. Default 0.10. */
@@ -209,9 +235,10 @@ typedef enum todre_param {
     TODRE_RELEVANCE_TAU = 300,
     /** int, ::todre_probe_schedule; default LIST. */
     TODRE_RELEVANCE_SCHEDULE = 301,
-    /** int, read-only: the decoder layer count given at creation. */
+    /** int, read-only: the decoder layer count given at creation, in
+     *  [1, 2^20]. */
     TODRE_RELEVANCE_NUM_LAYERS = 302,
-    /** int, read-only: the sequence count given at creation. */
+    /** int, read-only: the sequence count given at creation, in [1, 2^20]. */
     TODRE_RELEVANCE_BATCH = 303
 } todre_param;
 
@@ -273,7 +300,7 @@ typedef struct todre_backend_props {
     const char *reason;
 } todre_backend_props;
 
-/** Number of registered backends (>= 1; index 0 is always "cpu").
+/** Number of registered backends (1 to 16; index 0 is always "cpu").
  *  The first call of any backend, device or context function scans for
  *  backend modules once per process: every `libtodre-*.so` in the directory
  *  libtodre was loaded from, in its `todre/` subdirectory and in the
@@ -291,7 +318,9 @@ TODRE_API todre_status todre_backend_get_props(int index, todre_backend_props *p
 /** What todre_device_get_props() reports. */
 typedef struct todre_device_props {
     size_t struct_size;  /**< set by the caller: sizeof(todre_device_props). */
-    char name[256];      /**< "NVIDIA H100 80GB HBM3", the CPU model name, ... */
+    /** "NVIDIA H100 80GB HBM3", the CPU model name, ...; NUL-terminated,
+     *  at most 255 bytes (truncated). */
+    char name[256];
     /** Code path in use: CPU "amx", "avx512", "avx2" or "generic" (after
      *  $TODRE_CPU_ISA); CUDA "sm_90" etc. */
     char arch[64];
@@ -369,9 +398,9 @@ TODRE_API todre_status todre_context_set_stream(todre_context *ctx, void *stream
 /** Block until all work queued by @p ctx has finished (no-op on the CPU). */
 TODRE_API todre_status todre_context_synchronize(todre_context *ctx);
 
-/** Allocate @p bytes (> 0) of memory on the context's device (host memory on
- *  the CPU), aligned to at least 256 bytes, for arrays passed to libtodre.
- *  Free it with todre_context_free() on the same context. */
+/** Allocate @p bytes (in [1, INT64_MAX]) of memory on the context's device
+ *  (host memory on the CPU), aligned to at least 256 bytes, for arrays passed
+ *  to libtodre. Free it with todre_context_free() on the same context. */
 TODRE_API todre_status todre_context_alloc(todre_context *ctx, size_t bytes, void **ptr);
 
 /** Free memory from todre_context_alloc() on @p ctx. Accepts NULL. Waits for
@@ -397,9 +426,15 @@ TODRE_API todre_status todre_context_copy(todre_context *ctx, const DLTensor *ds
  *    the context's device unless a function says "host";
  *  - dtype, lanes 1: float32, float16, bfloat16 for data; int64 for indices
  *    and offsets; int32 for decisions; uint8 (or bool, 8 bits) for token types;
- *  - ndim in [0, TODRE_MAX_RANK]; shape entries >= 0;
+ *  - ndim in [0, TODRE_MAX_RANK]; shape entries >= 0, and their product
+ *    (the element count) at most INT64_MAX;
  *  - strides in elements, NULL = compact row-major; negative strides are
- *    rejected; byte_offset is honoured;
+ *    rejected, zero strides (broadcast) are accepted; byte_offset is honoured;
+ *  - the byte extent, byte_offset + (1 + sum over the dimensions of
+ *    (shape[i] - 1) * strides[i]) * element size (byte_offset alone for an
+ *    empty array), is at most 2^56 bytes (the largest 64-bit address space;
+ *    PTRDIFF_MAX on 32-bit hosts), and data + extent does not wrap around
+ *    the address space;
  *  - data may be NULL only for an empty array. */
 #define TODRE_MAX_RANK 8
 
@@ -431,8 +466,10 @@ TODRE_API todre_status todre_select_config_get_double(const todre_select_config 
 /** Reset the parameters to their defaults (a configuration has no state). */
 TODRE_API todre_status todre_select_config_reset(todre_select_config *cfg, todre_reset what);
 
-/** Compute k for a token set of @p n >= 1 rows under @p cfg (a keep count
- *  above n is an error). */
+/** Compute k for a token set of @p n rows under @p cfg: any n in
+ *  [1, INT64_MAX]; k is always in [1, n] (the ratio's k = floor(r * n + 0.5)
+ *  is clamped before it is converted, so no n overflows it). A keep count
+ *  above n is an error; @p k is then untouched. */
 TODRE_API todre_status todre_select_keep_count(const todre_select_config *cfg, int64_t n,
                                                int64_t *k);
 
@@ -482,9 +519,10 @@ TODRE_API todre_status todre_select_batch(todre_context *ctx, const todre_select
 typedef struct todre_relevance todre_relevance;
 
 /** Create a relevance handle for a model with @p num_layers decoder layers
- *  (>= 1) and @p batch sequences (>= 1). Defaults: tau = 0.10, schedule
- *  LIST with probe layers { floor(7 * num_layers / 8) }; token types must be
- *  set before the first observation. */
+ *  and @p batch sequences, each in [1, 2^20] (the bounds of
+ *  TODRE_RELEVANCE_NUM_LAYERS and TODRE_RELEVANCE_BATCH). Defaults: tau =
+ *  0.10, schedule LIST with probe layers { floor(7 * num_layers / 8) }; token
+ *  types must be set before the first observation. */
 TODRE_API todre_status todre_relevance_create(int64_t num_layers, int64_t batch,
                                               todre_relevance **out);
 /** Destroy a relevance handle. Accepts NULL. */
@@ -524,7 +562,8 @@ TODRE_API todre_status todre_relevance_is_probe(const todre_relevance *rel, int6
  *  [batch, K], values ::todre_token_type. Copied. Resets observations. */
 TODRE_API todre_status todre_relevance_set_types(todre_relevance *rel, const DLTensor *types);
 /** Convenience for the contiguous layout [system | visual | text], the same
- *  for every sequence. Resets observations. */
+ *  for every sequence: each count in [0, 2^31 - 1], K = their sum >= 1.
+ *  Resets observations. */
 TODRE_API todre_status todre_relevance_set_layout(todre_relevance *rel, int64_t n_system,
                                                   int64_t n_visual, int64_t n_text);
 
@@ -533,8 +572,8 @@ TODRE_API todre_status todre_relevance_set_layout(todre_relevance *rel, int64_t 
  *  @param rel   the relevance handle (types set).
  *  @param layer 0-based decoder layer, in [0, num_layers).
  *  @param attn  [H, Q, K] (batch 1) or [B, H, Q, K], float32/16/bfloat16, on
- *         the context's device, any strides. Queries are the last Q of the K
- *         positions (Q = K: full prefill; Q < K: a chunk of a chunked
+ *         the context's device, any strides; 1 <= H <= 2^20. Queries are the
+ *         last Q of the K positions (Q = K: full prefill; Q < K: a chunk of a chunked
  *         prefill). K may be below the number of positions the types cover:
  *         such a chunk returns ::TODRE_DECISION_PENDING and its sums are
  *         added to those of the following chunks of the same layer (each
@@ -552,8 +591,9 @@ TODRE_API todre_status todre_relevance_observe_probs(todre_context *ctx, todre_r
  *  runtimes): the ratios of causal softmax(scale * q . k), computed with an
  *  online softmax in blocks; working memory independent of K.
  *  @param q [H, Q, dh] or [B, H, Q, dh]; @param k [H_kv, K, dh] or
- *         [B, H_kv, K, dh]; H a multiple of H_kv (grouped-query attention);
- *         float32/16/bfloat16, same dtype, on the context's device, any strides.
+ *         [B, H_kv, K, dh]; H a multiple of H_kv (grouped-query attention),
+ *         H <= 2^20, B x H x Q x K <= INT64_MAX; float32/16/bfloat16, same
+ *         dtype, on the context's device, any strides.
  *  @param scale softmax scale (> 0, finite); 0 means 1/sqrt(dh).
  *  @param decisions NULL or host int32 [B], as for observe_probs.
  *  Otherwise as todre_relevance_observe_probs(). */

@@ -10,6 +10,7 @@ from ._api import DeviceType, DLDevice, Reset, Status
 from ._enums import ContextParam, parse
 from ._errors import TodreError, check, invalid
 from ._handle import OwnsHandle
+from ._ints import INT, POINTER, c_int
 from ._lib import lib
 from ._params import _Kind
 from ._registry import backend_for_device_type, backend_name
@@ -40,9 +41,8 @@ class Context(OwnsHandle):
                  select_strategy=None, num_threads=None):
         self._handle = ctypes.c_void_p()
         name = backend_name(backend)
-        if not isinstance(device, int) or isinstance(device, bool):
-            raise invalid(f"device: expected an int, got {device!r}")
-        check(lib.todre_context_create(name.encode(), int(device), ctypes.byref(self._handle)))
+        device = c_int(device, "device", INT)
+        check(lib.todre_context_create(name.encode(), device, ctypes.byref(self._handle)))
         self._backend = (lib.todre_context_backend(self._handle) or b"").decode()
         dev = DLDevice()
         check(lib.todre_context_device(self._handle, ctypes.byref(dev)), self._handle)
@@ -92,9 +92,13 @@ class Context(OwnsHandle):
 
     def set_stream(self, stream):
         """Set the CUDA stream (an int cudaStream_t, or a torch/cupy stream object)."""
-        ptr = getattr(stream, "cuda_stream", None) or getattr(stream, "ptr", None) or stream
-        check(lib.todre_context_set_stream(self.handle, ctypes.c_void_p(int(ptr or 0))),
-              self._handle)
+        ptr = stream
+        for attr in ("cuda_stream", "ptr"):  # torch, CuPy stream objects
+            if hasattr(stream, attr):
+                ptr = getattr(stream, attr)
+                break
+        ptr = c_int(0 if ptr is None else ptr, "stream", POINTER)
+        check(lib.todre_context_set_stream(self.handle, ctypes.c_void_p(ptr)), self._handle)
 
     def synchronize(self):
         check(lib.todre_context_synchronize(self.handle), self._handle)

@@ -14,6 +14,7 @@ import numpy as np
 
 from ._api import EXPERIMENTAL_PARAMS, Param, ParamBounds, ParamType, Status
 from ._errors import TodreError, check, invalid
+from ._ints import INT, c_double, c_int
 from ._lib import lib
 
 
@@ -62,7 +63,7 @@ def resolve(param, short, what):
     if isinstance(param, enum.IntEnum):
         value = int(param)
     elif isinstance(param, (int, np.integer)) and not isinstance(param, (bool, np.bool_)):
-        value = int(param)
+        value = c_int(param, what, INT)  # a C enum: 2**32 + 204 must not become 204
     elif isinstance(param, str):
         key = param.strip().upper().replace("-", "_").replace(" ", "_")
         if key.startswith("TODRE_"):
@@ -112,14 +113,9 @@ class _Kind:
         info = param_info(resolve(param, self.short, "param"))
         label = info.name or str(int(info.param))
         if info.type == ParamType.INT:
-            if not isinstance(value, (int, np.integer)) or isinstance(value, (bool, np.bool_)):
-                raise invalid(f"{label}: expected an integer, got {value!r}")
-            c_value = int(value)
+            c_value = c_int(value, label)
         else:
-            if isinstance(value, (bool, np.bool_)) or not isinstance(
-                    value, (int, float, np.integer, np.floating)):
-                raise invalid(f"{label}: expected a number, got {value!r}")
-            c_value = float(value)
+            c_value = c_double(value, label)
         check(self._fn("set", info.type)(handle, int(info.param), c_value), ctx)
 
     def get(self, handle, param, ctx=None):

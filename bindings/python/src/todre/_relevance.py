@@ -10,6 +10,7 @@ from ._context import context_for
 from ._enums import RelevanceParam, parse
 from ._errors import TodreError, check, invalid
 from ._handle import OwnsHandle
+from ._ints import c_double, int64_array
 from ._lib import lib
 from ._params import _Kind
 from ._select import _integer, _prepare
@@ -69,10 +70,7 @@ class Relevance(OwnsHandle):
 
     @tau.setter
     def tau(self, value):
-        if isinstance(value, (bool, np.bool_)) or not isinstance(
-                value, (int, float, np.integer, np.floating)):
-            raise invalid(f"tau: expected a number, got {value!r}")
-        self.set_param(RelevanceParam.TAU, float(value))
+        self.set_param(RelevanceParam.TAU, c_double(value, "tau"))
 
     @property
     def schedule(self):
@@ -83,13 +81,9 @@ class Relevance(OwnsHandle):
 
     def set_probe_layers(self, layers):
         """Probe layers (host ints, any order, duplicates ignored)."""
-        try:
-            arr = np.atleast_1d(np.asarray(layers))
-        except (TypeError, ValueError) as exc:
-            raise invalid(f"probe_layers: {exc}") from exc
-        if arr.dtype.kind not in "iu" or arr.ndim != 1:
+        arr = np.atleast_1d(int64_array(layers, "probe_layers"))
+        if arr.ndim != 1:
             raise invalid(f"probe_layers: expected a list of integers, got {layers!r}")
-        arr = np.ascontiguousarray(arr, dtype=np.int64)
         with Borrowed(arr, "probe_layers") as b:
             check(lib.todre_relevance_set_probe_layers(self.handle, b.ref))
 
@@ -158,10 +152,7 @@ class Relevance(OwnsHandle):
         k = _prepare(k, "k")
         ctx = self._ctx(q)
         decisions = np.zeros(self.batch, dtype=np.int32)
-        try:
-            scale = float(scale)
-        except (TypeError, ValueError):
-            raise invalid(f"scale: expected a number, got {scale!r}") from None
+        scale = c_double(scale, "scale")
         stream = ctx.follow(q)
         with contextlib.ExitStack() as stack:
             qb = stack.enter_context(Borrowed(q, "q", stream))
@@ -214,6 +205,8 @@ def _host_types(types, rel):
         arr = np.asarray(types)
     except (TypeError, ValueError) as exc:
         raise invalid(f"types: {exc}") from exc
+    if arr.dtype == object:  # Python ints beyond NumPy's integer types
+        arr = int64_array(arr, "types")
     if arr.dtype.kind not in "iub":
         raise invalid(f"types: expected integer token types, got dtype {arr.dtype}")
     if arr.size and (arr.min() < 0 or arr.max() > 255):

@@ -10,6 +10,7 @@ from ._context import context_for
 from ._enums import SelectParam, parse
 from ._errors import TodreError, check, invalid
 from ._handle import OwnsHandle
+from ._ints import c_double, c_int, int64_array
 from ._lib import lib
 from ._params import _Kind
 from ._tensor import Borrowed, as_array, empty_int64, finish, is_host, kind_of, ref
@@ -48,10 +49,7 @@ class SelectConfig(OwnsHandle):
                 raise invalid(f"keep: must be >= 1, got {k}")
             self.set(SelectParam.KEEP, k)
         elif ratio is not None:
-            if isinstance(ratio, (bool, np.bool_)) or not isinstance(
-                    ratio, (int, float, np.integer, np.floating)):
-                raise invalid(f"ratio: expected a number, got {ratio!r}")
-            self.set(SelectParam.RATIO, float(ratio))
+            self.set(SelectParam.RATIO, c_double(ratio, "ratio"))
 
     @property
     def handle(self):
@@ -73,8 +71,9 @@ class SelectConfig(OwnsHandle):
         self.order = Order(self.get(SelectParam.ORDER))
 
     def keep_count(self, n):
+        """k for a token set of n rows (todre_select_keep_count)."""
         out = ctypes.c_int64()
-        check(lib.todre_select_keep_count(self.handle, int(n), ctypes.byref(out)))
+        check(lib.todre_select_keep_count(self.handle, _integer(n, "n"), ctypes.byref(out)))
         return out.value
 
     def close(self):
@@ -84,9 +83,8 @@ class SelectConfig(OwnsHandle):
 
 
 def _integer(value, what):
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        return int(value)
-    raise invalid(f"{what}: expected an integer, got {value!r}")
+    """An int64 argument (see _ints.c_int)."""
+    return c_int(value, what)
 
 
 def _prepare(x, what):
@@ -179,13 +177,7 @@ def _host_int64(x, what, ctx):
         x = x.detach()
     if hasattr(x, "__dlpack_device__") and not is_host(x):
         x = ctx.to_host(x, what)
-    try:
-        arr = np.asarray(x)
-    except (TypeError, ValueError) as exc:
-        raise invalid(f"{what}: {exc}") from exc
-    if arr.dtype.kind not in "iu" and arr.size:
-        raise invalid(f"{what}: expected integers, got dtype {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=np.int64)
+    return int64_array(x, what)
 
 
 def _is_list_of_arrays(x):
@@ -242,14 +234,23 @@ def select_batch_on(ctx, embeddings, offsets=None, keep=None, ratio=None, cls=No
 
 
 def _batch_total(cfg, offs, keep_arr):
-    """Output length K; an invalid budget yields 0 and is reported by the C call."""
+    """Output length K; an invalid budget or invalid offsets yield 0 and are
+    reported by the C call (so that no output is sized from them). Python
+    ints: NumPy's int64 sums and differences would wrap."""
+    offs = [int(v) for v in offs]
+    sizes = [b - a for a, b in zip(offs, offs[1:])]
+    if offs[0] != 0 or min(sizes) < 1:
+        return 0
     if keep_arr is not None:
-        return int(keep_arr.sum()) if keep_arr.size and keep_arr.min() >= 1 else 0
+        keeps = [int(v) for v in keep_arr.reshape(-1)]
+        if len(keeps) != len(sizes) or any(not 1 <= k <= n for k, n in zip(keeps, sizes)):
+            return 0
+        return sum(keeps)
     total = 0
-    for n in np.diff(offs):
+    for n in sizes:
         try:
-            total += cfg.keep_count(int(n))
-        except Exception:
+            total += cfg.keep_count(n)
+        except TodreError:
             return 0
     return total
 

@@ -23,6 +23,7 @@ import numpy as np
 from ._api import DataTypeCode, DeviceType, DLTensor, Status
 from ._errors import TodreError, invalid
 from ._handle import OwnsHandle
+from ._ints import INT64, POINTER, c_int
 
 _FLAG_READ_ONLY = 1
 HOST_DEVICE_TYPES = (DeviceType.CPU, DeviceType.CUDA_HOST)
@@ -220,7 +221,8 @@ class Borrowed(OwnsHandle):
         ptr, readonly = ai["data"]
         if writable and readonly:
             raise invalid(f"{self.what}: output array is read-only")
-        shape = tuple(int(s) for s in ai["shape"])
+        # every field becomes a C integer: range-checked, never wrapped
+        shape = tuple(c_int(s, f"{self.what}: shape", INT64) for s in ai["shape"])
         c_shape = (ctypes.c_int64 * max(len(shape), 1))(*shape)
         c_strides = None
         strides = ai.get("strides")
@@ -228,10 +230,12 @@ class Borrowed(OwnsHandle):
             if any(s % size for s in strides):
                 raise invalid(f"{self.what}: strides {strides} are not a multiple of the "
                               f"element size {size}")
-            c_strides = (ctypes.c_int64 * len(shape))(*(s // size for s in strides))
+            c_strides = (ctypes.c_int64 * len(shape))(
+                *(c_int(s // size, f"{self.what}: strides", INT64) for s in strides))
         self._keep = (c_shape, c_strides)
         t = self.tensor
-        t.data = (ptr + ai.get("offset", 0) * size) if ptr else None
+        t.data = c_int(ptr + ai.get("offset", 0) * size, f"{self.what}: data",
+                       POINTER) if ptr else None
         t.device.device_type = DeviceType.CPU
         t.device.device_id = 0
         t.ndim = len(shape)
