@@ -5,6 +5,9 @@
 #  - cuda.module_exports: libtodre-cuda.so exports exactly the backend module
 #    entry point, todre_backend_module_register (static cudart and every
 #    kernel stay hidden), and links cudart statically.
+#  - cuda.no_register_spills: no kernel of libtodre-cuda spills registers on
+#    any architecture it is built for (ptxas's report of each object, kept
+#    at build time by src/cuda/ptxas_log.sh, read by src/cuda/check_spills.sh).
 #  - unit.cuda_parity (tests/unit/test_cuda_parity.c) moves its data with
 #    todre_context_alloc / copy / free, as a runtime would, so it needs no
 #    toolkit; it reports "skipped" (exit 77) where no usable CUDA device
@@ -41,4 +44,19 @@ if(TARGET todre_cuda)
     COMMAND sh -c "syms=$(nm -D --defined-only \"$1\" | awk '{print $3}' | grep -v '^$' | sort | tr '\\n' ' '); want='todre_backend_module_register '; if [ \"$syms\" != \"$want\" ]; then echo \"exported: [$syms] expected: [$want]\"; exit 1; fi; if readelf -d \"$1\" | grep NEEDED | grep -q 'libcudart'; then echo 'the module must link cudart statically'; exit 1; fi"
             sh $<TARGET_FILE:todre_cuda>)
   set_tests_properties(cuda.module_exports PROPERTIES TIMEOUT 60)
+  # Only where ptxas runs at build time: some architecture gets machine code
+  # (not only "-virtual" PTX).
+  get_target_property(todre_cuda_archs todre_cuda CUDA_ARCHITECTURES)
+  set(todre_real_arch FALSE)
+  foreach(arch ${todre_cuda_archs})
+    if(NOT arch MATCHES "-virtual$")
+      set(todre_real_arch TRUE)
+    endif()
+  endforeach()
+  if(todre_real_arch)
+    add_test(NAME cuda.no_register_spills
+      COMMAND sh ${PROJECT_SOURCE_DIR}/src/cuda/check_spills.sh $<TARGET_OBJECTS:todre_cuda>
+      COMMAND_EXPAND_LISTS)
+    set_tests_properties(cuda.no_register_spills PROPERTIES TIMEOUT 60)
+  endif()
 endif()

@@ -36,6 +36,7 @@
 #    compute capability 7.0 device (both: "cuda" registered, not available,
 #    with the reason).
 include(CheckIncludeFile)
+find_package(Threads REQUIRED)
 check_include_file(ucontext.h TODRE_HAVE_UCONTEXT)
 include(CheckLanguage)
 check_language(CXX)
@@ -82,7 +83,7 @@ set_target_properties(todre_cuda_emu_objs PROPERTIES CXX_STANDARD 17 CXX_STANDAR
 # The emulated module: exports only todre_backend_module_register, like
 # libtodre-cuda.so, and registers as "cuda" whatever its file name.
 add_library(todre_cuda_emu MODULE $<TARGET_OBJECTS:todre_cuda_emu_objs>)
-target_link_libraries(todre_cuda_emu PRIVATE todre_cudaemu)
+target_link_libraries(todre_cuda_emu PRIVATE todre_cudaemu Threads::Threads)
 set_target_properties(todre_cuda_emu PROPERTIES OUTPUT_NAME todre-cuda-emu PREFIX lib
   LIBRARY_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/emu
   LINK_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/todre-cuda.map)
@@ -108,7 +109,7 @@ foreach(feature cuda_parity cuda_contract)
                              ${CMAKE_CURRENT_SOURCE_DIR}/common)
   target_compile_definitions(${name} PRIVATE TODRE_TEST_HAVE_CUDART=1 TODRE_TEST_EMULATED_RT=1
                              TODRE_TEST_CUDA_MODULE_BUILT=1)
-  target_link_libraries(${name} PRIVATE todre todre_cudaemu PkgConfig::CMOCKA m)
+  target_link_libraries(${name} PRIVATE todre todre_cudaemu PkgConfig::CMOCKA m Threads::Threads)
   if(TARGET todre_testcommon)
     target_link_libraries(${name} PRIVATE todre_testcommon)
   endif()
@@ -135,3 +136,17 @@ add_test(NAME cuda_emu.host_logic.contract_oldgpu COMMAND test_cuda_contract_emu
 set_tests_properties(cuda_emu.host_logic.contract_oldgpu PROPERTIES
   ENVIRONMENT "${TODRE_EMU_ENV};TODRE_EMU_CC_MAJOR=7;TODRE_TEST_EXPECT_REASON=compute capability 7.0"
   TIMEOUT 300)
+# A driver older than the CUDA 13 runtime (cudaErrorInsufficientDriver): the
+# reason names the driver the module needs, and `todre info` prints it.
+set(TODRE_EMU_OLD_DRIVER "TODRE_EMU_DRIVER_VERSION=12080")
+add_test(NAME cuda_emu.host_logic.contract_olddriver COMMAND test_cuda_contract_emu)
+set_tests_properties(cuda_emu.host_logic.contract_olddriver PROPERTIES
+  ENVIRONMENT "${TODRE_EMU_ENV};${TODRE_EMU_OLD_DRIVER};TODRE_TEST_EXPECT_REASON=driver R580 or newer"
+  TIMEOUT 300)
+if(TARGET todre_cli)
+  add_test(NAME cuda_emu.host_logic.info_olddriver COMMAND $<TARGET_FILE:todre_cli> info)
+  set_tests_properties(cuda_emu.host_logic.info_olddriver PROPERTIES
+    ENVIRONMENT "${TODRE_EMU_ENV};${TODRE_EMU_OLD_DRIVER}"
+    PASS_REGULAR_EXPRESSION "backend cuda: unavailable \\([^\n]*the CUDA driver is older than this module needs \\(CUDA 13 runtime: driver R580 or newer\\)"
+    TIMEOUT 60)
+endif()

@@ -31,8 +31,9 @@ enum todre_cuda_buf_id {
     TODRE_CUDA_BUF_KEYS,         /* u64[3 * nseg]: argmin keys of the matrix-vector path */
     TODRE_CUDA_BUF_SEL,          /* int64[K]: selection order when the caller wants only positions */
     TODRE_CUDA_BUF_FLAGMAP,      /* u8[N]: membership map for the position order */
-    TODRE_CUDA_BUF_SORT_IN,      /* u64[N]: CLS_TOPK keys */
+    TODRE_CUDA_BUF_SORT_IN,      /* u64[N]: CLS_TOPK keys (set, value) */
     TODRE_CUDA_BUF_SORT_OUT,     /* u64[N] */
+    TODRE_CUDA_BUF_SORT_VAL,     /* u32[2N]: local row indices, in and out of the sort */
     TODRE_CUDA_BUF_SORT_TMP,     /* CUB temporary storage */
     TODRE_CUDA_BUF_REL_ROWS,     /* double: stage-2 per-row / per-tile partial sums */
     TODRE_CUDA_BUF_REL_SUMS,     /* double[4 * B + 1] (last: non-finite flag) */
@@ -56,6 +57,8 @@ struct todre_cuda_stage {
 
 struct todre_cuda_backend {
     struct todre_backend base; /* first: the core sees only this */
+    void *cu_ctx;              /* CUcontext: the device's primary context, retained */
+    int cu_dev;                /* CUdevice of base.device */
     cudaStream_t stream;       /* NULL = legacy default stream */
     cublasHandle_t blas;
     void *blas_ws;             /* cuBLAS workspace (fixed, so cuBLAS never allocates) */
@@ -93,10 +96,12 @@ todre_status todre_cublas_fail(struct todre_diag *diag, cublasStatus_t st, const
         if (st_ != TODRE_OK) return st_;           \
     } while (0)
 
-/* Make the backend's device current for the duration of a call and restore
- * the caller's device afterwards. */
+/* Make the instance's CUDA context (its device's primary context) current
+ * for the duration of a call and restore the calling thread's current
+ * context afterwards, whatever it was: a non-primary context, another
+ * device's, or none (module.cu, through the driver API). */
 struct todre_cuda_scope {
-    int prev;
+    void *prev; /* CUcontext current before the call (NULL: none) */
     int changed;
 };
 todre_status todre_cuda_enter(struct todre_cuda_backend *be, struct todre_cuda_scope *sc,

@@ -5,6 +5,7 @@
  *
  * Never aborts, never prints: every CUDA / cuBLAS failure becomes a status
  * with the runtime's error text in the diag buffer. */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,19 @@
 
 /* Oldest architecture the fatbinary carries code for (sm_80 SASS). */
 #define TODRE_CUDA_MIN_CC_MAJOR 8
+
+/* The driver the statically linked runtime needs, as "CUDA 13 runtime:
+ * driver R580 or newer": a CUDA major version runs on the driver branch
+ * that introduced it and on every later one (minor version compatibility). */
+static void driver_need(char *buf, size_t cap)
+{
+    int major = CUDART_VERSION / 1000;
+    const char *branch = major == 11 ? "R450" : major == 12 ? "R525" : major == 13 ? "R580" : NULL;
+    if (branch)
+        snprintf(buf, cap, "CUDA %d runtime: driver %s or newer", major, branch);
+    else
+        snprintf(buf, cap, "CUDA %d runtime: a driver for CUDA %d or newer", major, major);
+}
 
 /* ---- diagnostics ----------------------------------------------------------- */
 
@@ -37,17 +51,97 @@ todre_status todre_cublas_fail(struct todre_diag *diag, cublasStatus_t st, const
                            cublasGetStatusString(st));
 }
 
-/* ---- device scope -------------------------------------------------------- */
+/* ---- the driver's current context ---------------------------------------------- */
+
+/* A call runs in the instance's CUDA context (the primary context of its
+ * device, retained for the instance's lifetime) and gives the calling
+ * thread's current context back exactly: a non-primary context of the
+ * caller's (same device or another), or none on a thread that never chose a
+ * device. cudaGetDevice / cudaSetDevice cannot do this: they see devices,
+ * not contexts, and restoring "device 0" on a thread that had no context
+ * binds (and in CUDA 12+ creates) device 0's primary context there.
+ *
+ * The driver API comes through the runtime (cudaGetDriverEntryPointByVersion),
+ * so the module links no libcuda and still loads, and reports "unavailable",
+ * on a machine without a driver. Types as in cuda.h: CUresult is an int enum,
+ * CUcontext a pointer, CUdevice an int. The ABI version asked for is CUDA
+ * 12.0's (cuDevicePrimaryCtxRelease is its _v2); toolkits before 12.5 have
+ * only cudaGetDriverEntryPoint, which asks for their own version. */
+typedef int (*todre_cu_ctx_get_current)(void **ctx);
+typedef int (*todre_cu_ctx_set_current)(void *ctx);
+typedef int (*todre_cu_device_get)(int *device, int ordinal);
+typedef int (*todre_cu_primary_retain)(void **ctx, int device);
+typedef int (*todre_cu_primary_release)(int device);
+
+static struct {
+    todre_cu_ctx_get_current ctx_get_current;
+    todre_cu_ctx_set_current ctx_set_current;
+    todre_cu_device_get device_get;
+    todre_cu_primary_retain primary_retain;
+    todre_cu_primary_release primary_release;
+    const char *missing;  /* first entry point not found, or NULL */
+    cudaError_t err;      /* of the lookup */
+} drv;
+static pthread_once_t drv_once = PTHREAD_ONCE_INIT;
+
+static void *drv_lookup(const char *name)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+#if CUDART_VERSION >= 12050
+    cudaError_t err = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q);
+#else /* CUDA 12.0 to 12.4: the runtime's own version (12.x) is the ABI asked for */
+    cudaError_t err = cudaGetDriverEntryPoint(name, &fn, cudaEnableDefault, &q);
+#endif
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        if (drv.err == cudaSuccess) drv.err = err;
+    }
+    if ((err != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn) && !drv.missing) {
+        drv.missing = name;
+        fn = NULL;
+    }
+    return fn;
+}
+
+static void drv_load(void)
+{
+    drv.ctx_get_current = (todre_cu_ctx_get_current)drv_lookup("cuCtxGetCurrent");
+    drv.ctx_set_current = (todre_cu_ctx_set_current)drv_lookup("cuCtxSetCurrent");
+    drv.device_get = (todre_cu_device_get)drv_lookup("cuDeviceGet");
+    drv.primary_retain = (todre_cu_primary_retain)drv_lookup("cuDevicePrimaryCtxRetain");
+    drv.primary_release = (todre_cu_primary_release)drv_lookup("cuDevicePrimaryCtxRelease");
+}
+
+/* The entry points, once per process; BACKEND_UNAVAILABLE naming the first
+ * one the driver lacks. */
+static todre_status drv_ready(struct todre_diag *diag)
+{
+    pthread_once(&drv_once, drv_load);
+    if (!drv.missing) return TODRE_OK;
+    if (drv.err != cudaSuccess)
+        return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                               "the CUDA driver entry point %s is not available: %s (%s)",
+                               drv.missing, cudaGetErrorString(drv.err), cudaGetErrorName(drv.err));
+    return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                           "the CUDA driver has no entry point %s (driver too old?)", drv.missing);
+}
+
+static todre_status drv_fail(struct todre_diag *diag, int res, const char *what)
+{
+    return todre_diag_set(diag, TODRE_ERR_DEVICE, "%s: CUDA driver error %d", what, res);
+}
 
 todre_status todre_cuda_enter(struct todre_cuda_backend *be, struct todre_cuda_scope *sc,
                               struct todre_diag *diag)
 {
     sc->changed = 0;
-    cudaError_t err = cudaGetDevice(&sc->prev);
-    if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaGetDevice");
-    if (sc->prev != be->base.device) {
-        err = cudaSetDevice(be->base.device);
-        if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaSetDevice");
+    sc->prev = NULL;
+    int res = drv.ctx_get_current(&sc->prev);
+    if (res != 0) return drv_fail(diag, res, "cuCtxGetCurrent");
+    if (sc->prev != be->cu_ctx) {
+        res = drv.ctx_set_current(be->cu_ctx);
+        if (res != 0) return drv_fail(diag, res, "cuCtxSetCurrent");
         sc->changed = 1;
     }
     return TODRE_OK;
@@ -55,19 +149,23 @@ todre_status todre_cuda_enter(struct todre_cuda_backend *be, struct todre_cuda_s
 
 void todre_cuda_leave(struct todre_cuda_scope *sc)
 {
-    if (sc->changed) (void)cudaSetDevice(sc->prev);
+    if (sc->changed) (void)drv.ctx_set_current(sc->prev);
 }
 
-static todre_status not_capturing(struct todre_cuda_backend *be, struct todre_diag *diag)
+/* UNSUPPORTED when @p stream is being captured into a CUDA graph (or, for
+ * the legacy stream, when a blocking stream captures and using it would
+ * join the capture: cudaErrorStreamCaptureImplicit). @p what names the
+ * stream in the message. */
+static todre_status not_capturing(cudaStream_t stream, const char *what, const char *advice,
+                                  struct todre_diag *diag)
 {
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaError_t err = cudaStreamIsCapturing(be->stream, &cs);
+    cudaError_t err = cudaStreamIsCapturing(stream, &cs);
     if (err == cudaErrorStreamCaptureImplicit ||
         (err == cudaSuccess && cs != cudaStreamCaptureStatusNone)) {
         (void)cudaGetLastError();
         return todre_diag_set(diag, TODRE_ERR_UNSUPPORTED,
-                               "the context's stream is being captured into a CUDA graph; "
-                               "libtodre calls cannot be captured (call outside the capture)");
+                               "%s is being captured into a CUDA graph; %s", what, advice);
     }
     if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaStreamIsCapturing");
     return TODRE_OK;
@@ -79,7 +177,8 @@ todre_status todre_cuda_begin_call(struct todre_cuda_backend *be, struct todre_c
     todre_status st = todre_cuda_enter(be, sc, diag);
     if (st != TODRE_OK) return st;
     (void)cudaGetLastError();
-    st = not_capturing(be, diag);
+    st = not_capturing(be->stream, "the context's stream",
+                       "libtodre calls cannot be captured (call outside the capture)", diag);
     if (st != TODRE_OK) todre_cuda_leave(sc);
     return st;
 }
@@ -127,6 +226,16 @@ static todre_status cuda_set_stream(struct todre_backend *base, void *stream,
     struct todre_cuda_scope sc;
     todre_status st = todre_cuda_enter(be, &sc, diag);
     if (st != TODRE_OK) return st;
+    /* The event below would join a capture on either stream (or break it):
+     * refuse first, touching neither. */
+    (void)cudaGetLastError();
+    const char *advice = "set the stream outside the capture";
+    st = not_capturing(be->stream, "the context's current stream", advice, diag);
+    if (st == TODRE_OK) st = not_capturing(next, "the new stream", advice, diag);
+    if (st != TODRE_OK) {
+        todre_cuda_leave(&sc);
+        return st;
+    }
     /* The workspace is reused by the next call: work queued on the old
      * stream must finish before the new stream touches it. An event keeps
      * this ordering on the device without blocking the host. */
@@ -255,16 +364,20 @@ static void cuda_destroy(struct todre_backend *base)
     struct todre_cuda_backend *be = (struct todre_cuda_backend *)base;
     if (!be) return;
     struct todre_cuda_scope sc;
-    int entered = todre_cuda_enter(be, &sc, NULL) == TODRE_OK;
-    /* Queued work still reads the workspace: let it finish before freeing. */
-    (void)cudaStreamSynchronize(be->stream);
-    todre_cuda_workspace_free(be);
-    if (be->blas) cublasDestroy(be->blas);
-    if (be->blas_ws) cudaFree(be->blas_ws);
-    if (be->nonfinite_dev) cudaFree(be->nonfinite_dev);
-    if (be->nonfinite_host) cudaFreeHost(be->nonfinite_host);
-    (void)cudaGetLastError();
-    if (entered) todre_cuda_leave(&sc);
+    /* Everything below lives in the instance's context: without it, leak
+     * rather than free another context's handles. */
+    if (be->cu_ctx && todre_cuda_enter(be, &sc, NULL) == TODRE_OK) {
+        /* Queued work still reads the workspace: let it finish before freeing. */
+        (void)cudaStreamSynchronize(be->stream);
+        todre_cuda_workspace_free(be);
+        if (be->blas) cublasDestroy(be->blas);
+        if (be->blas_ws) cudaFree(be->blas_ws);
+        if (be->nonfinite_dev) cudaFree(be->nonfinite_dev);
+        if (be->nonfinite_host) cudaFreeHost(be->nonfinite_host);
+        (void)cudaGetLastError();
+        todre_cuda_leave(&sc);
+    }
+    if (be->cu_ctx) (void)drv.primary_release(be->cu_dev);
     free(be);
 }
 
@@ -313,6 +426,23 @@ static todre_status reg_device_count(int *count, struct todre_diag *diag)
     int n = 0;
     *count = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
+    if (err == cudaErrorInsufficientDriver) {
+        (void)cudaGetLastError();
+        /* 0 when no driver is installed (no libcuda.so.1). */
+        int have = 0;
+        if (cudaDriverGetVersion(&have) != cudaSuccess) have = 0;
+        (void)cudaGetLastError();
+        char need[96];
+        driver_need(need, sizeof need);
+        if (have <= 0)
+            return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                                   "no CUDA driver is installed (libcuda.so.1 not found); this "
+                                   "module needs one (%s) (%s)", need, cudaGetErrorName(err));
+        return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
+                               "the CUDA driver is older than this module needs (%s); the "
+                               "installed driver supports CUDA %d.%d (%s)", need, have / 1000,
+                               (have % 1000) / 10, cudaGetErrorName(err));
+    }
     if (err != cudaSuccess) {
         (void)cudaGetLastError();
         return todre_diag_set(diag, TODRE_ERR_BACKEND_UNAVAILABLE,
@@ -461,6 +591,12 @@ static todre_status reg_create(int device, struct todre_backend **out, struct to
     st = check_device(device, count, &prop, diag);
     if (st != TODRE_OK) return st;
 
+    st = drv_ready(diag);
+    if (st != TODRE_OK) return st;
+    int cudev = 0;
+    int res = drv.device_get(&cudev, device);
+    if (res != 0) return drv_fail(diag, res, "cuDeviceGet");
+
     struct todre_cuda_backend *be =
         (struct todre_cuda_backend *)calloc(1, sizeof(struct todre_cuda_backend));
     if (!be) return todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY, "allocating the CUDA backend");
@@ -468,11 +604,21 @@ static todre_status reg_create(int device, struct todre_backend **out, struct to
     be->base.device_type = TODRE_DEVICE_CUDA;
     be->base.device = device;
     be->stream = NULL;
+    /* The device's primary context (the runtime's, shared with e.g. PyTorch),
+     * held until the instance is destroyed. */
+    res = drv.primary_retain(&be->cu_ctx, cudev);
+    if (res != 0) {
+        free(be);
+        return res == 2 ? todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY,
+                                         "cuDevicePrimaryCtxRetain: out of memory")
+                        : drv_fail(diag, res, "cuDevicePrimaryCtxRetain");
+    }
+    be->cu_dev = cudev;
 
     struct todre_cuda_scope sc;
     st = todre_cuda_enter(be, &sc, diag);
     if (st != TODRE_OK) {
-        free(be);
+        cuda_destroy(&be->base);
         return st;
     }
     st = init_resources(be, diag);

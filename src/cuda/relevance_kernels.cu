@@ -143,8 +143,16 @@ __device__ __forceinline__ int qk_row_needed(const struct todre_cuda_qk_args &a,
  * row are adjacent lanes, so row reductions are 3 shuffles. Q lives in
  * shared memory for the whole block, K streams through in QK_DC-wide
  * chunks. */
+/* At least 4 blocks per SM, so ptxas may use 64 registers per thread. Left
+ * to itself on sm_80 it chose 48 and spilled in the key loop (36 bytes of
+ * spill stores, 40 of loads, CUDA 13.0); with this bound sm_80 and sm_90
+ * both use 64 and spill nothing (cuda.no_register_spills checks every
+ * kernel). sm_90 used 64 already; on sm_80 occupancy goes from 5 to 4
+ * blocks of 256 threads (shared memory, about 26 KiB per block at
+ * dh = 128, would allow 6). */
+#define QK_MIN_BLOCKS 4
 template <typename T>
-__global__ void __launch_bounds__(QK_THREADS) k_qk(struct todre_cuda_qk_args a)
+__global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_cuda_qk_args a)
 {
     extern __shared__ float sm[];
     const int64_t b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x;

@@ -377,18 +377,22 @@ static todre_status run_topk(struct todre_cuda_backend *be, const struct plan *p
                              const struct dev *dv, const float *clsf, struct todre_diag *diag)
 {
     unsigned long long *in, *out;
+    uint32_t *rows;
     void *tmp = NULL;
     size_t tmp_bytes = 0;
-    CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_SORT_IN, (size_t)p->N * 8, (void **)&in, diag));
-    CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_SORT_OUT, (size_t)p->N * 8, (void **)&out, diag));
-    CK(todre_cuda_topk_sort(NULL, &tmp_bytes, in, out, p->N, p->nseg, dv->rowoff, be->stream),
-       "CUB segmented sort (size query)");
+    size_t N = (size_t)p->N;
+    CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_SORT_IN, N * 8, (void **)&in, diag));
+    CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_SORT_OUT, N * 8, (void **)&out, diag));
+    CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_SORT_VAL, N * 8, (void **)&rows, diag));
+    CK(todre_cuda_topk_sort(NULL, &tmp_bytes, in, out, rows, rows + N, p->N, p->nseg, be->stream),
+       "CUB radix sort (size query)");
     CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_SORT_TMP, tmp_bytes, &tmp, diag));
-    CK(todre_cuda_launch_topk_keys(clsf, p->N, dv->rowoff, p->nseg, in, be->stream),
+    CK(todre_cuda_launch_topk_keys(clsf, p->N, dv->rowoff, p->nseg, in, rows, be->stream),
        "CLS_TOPK key kernel");
-    CK(todre_cuda_topk_sort(tmp, &tmp_bytes, in, out, p->N, p->nseg, dv->rowoff, be->stream),
-       "CUB segmented sort");
-    CK(todre_cuda_launch_topk_take(dv->segs, p->nseg, out, dv->sel, be->stream), "CLS_TOPK kernel");
+    CK(todre_cuda_topk_sort(tmp, &tmp_bytes, in, out, rows, rows + N, p->N, p->nseg, be->stream),
+       "CUB radix sort");
+    CK(todre_cuda_launch_topk_take(dv->segs, p->nseg, rows + N, dv->sel, be->stream),
+       "CLS_TOPK kernel");
     return TODRE_OK;
 }
 

@@ -4,7 +4,7 @@
 
 #include <cooperative_groups.h>
 #include <cub/block/block_scan.cuh>
-#include <cub/device/device_segmented_sort.cuh>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "cuda_internal.h"
 #include "device_util.cuh"
@@ -227,7 +227,11 @@ __global__ void k_rowmax(const float *P, int64_t ldp, int rows, int v0, int n, c
     int v = v0 + r;
     float iv = inv[v];
     const float *p = P + (int64_t)r * ldp;
-    float m = -INFINITY;
+    /* fmaxf ignores a NaN operand: a NaN similarity (finite rows outside the
+     * fp32 range) leaves the maximum of the others, and a row with no
+     * similarity that is a number keeps NaN, which sorts last, so it never
+     * wins the pivot (a start of -inf would make it the most isolated row). */
+    float m = NAN;
     for (int u = lane; u < n; u += 32)
         if (u != v) m = fmaxf(m, p[u] * iv * inv[u]);
 #pragma unroll
@@ -285,12 +289,21 @@ cudaError_t todre_cuda_launch_pivot(const struct todre_cuda_seg *segs, int s0, i
  * pinned (no FMA contraction), so the CPU emulator reproduces the GPU bit
  * for bit. +inf marks a selected row: a cost that overflows or turns NaN
  * (raw dot products beyond fp32 range, subnormal-only rows) becomes FLT_MAX,
- * so it still sorts before every selected row and no index is taken twice. */
+ * so it still sorts before every selected row, after every row whose cost
+ * is a number, and no index is taken twice. A NaN similarity makes the
+ * max-min cost NaN too, as it makes the sum NaN (fmaxf would drop it, and a
+ * row whose similarities are all NaN would keep -inf and be taken first);
+ * FLT_MAX then stays, since every later cost is max(FLT_MAX, ...). */
 template <int OBJ>
 __device__ __forceinline__ float greedy_update(float x, float dot, float ic, float iv)
 {
     float sim = __fmul_rn(__fmul_rn(dot, ic), iv);
-    x = (OBJ == TODRE_CUDA_OBJ_SUM) ? __fadd_rn(x, sim) : fmaxf(x, __fadd_rn(sim, -1.f));
+    if (OBJ == TODRE_CUDA_OBJ_SUM) {
+        x = __fadd_rn(x, sim);
+    } else {
+        float y = __fadd_rn(sim, -1.f);
+        x = (y > x || y != y) ? y : x;
+    }
     return x < INFINITY ? x : FLT_MAX;
 }
 
@@ -513,44 +526,52 @@ cudaError_t todre_cuda_launch_greedy_gemv(enum todre_cuda_obj obj, const struct 
 
 /* ---- CLS_TOPK ------------------------------------------------------------------------ */
 
+/* Keys for one radix sort of the whole call: the set in the high 32 bits,
+ * the order-preserving map of -cls in the low 32 (ascending = descending
+ * value), and the local row as the value; the sort is stable, so ties keep
+ * ascending rows. One device-wide sort whatever the number of sets: CUB's
+ * DeviceSegmentedSort synchronises the stream on the host (it copies its
+ * group sizes to pageable memory) above 500 segments. */
 __global__ void k_topk_keys(const float *clsf, int64_t N, const int64_t *rowoff, int nseg,
-                            unsigned long long *keys)
+                            unsigned long long *keys, uint32_t *rows)
 {
     int64_t r = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= N) return;
     int b = seg_of_row(rowoff, nseg, r);
-    /* Ascending keys = descending value, then ascending index. */
-    keys[r] = argmin_key(-clsf[r], (uint32_t)(r - rowoff[b]));
+    keys[r] = ((unsigned long long)(uint32_t)b << 32) | (unsigned long long)ord_f32(-clsf[r]);
+    rows[r] = (uint32_t)(r - rowoff[b]);
 }
 
 cudaError_t todre_cuda_launch_topk_keys(const float *clsf, int64_t N, const int64_t *rowoff,
-                                        int nseg, unsigned long long *keys, cudaStream_t stream)
+                                        int nseg, unsigned long long *keys, uint32_t *rows,
+                                        cudaStream_t stream)
 {
-    k_topk_keys<<<blocks_for(N, 256), 256, 0, stream>>>(clsf, N, rowoff, nseg, keys);
+    k_topk_keys<<<blocks_for(N, 256), 256, 0, stream>>>(clsf, N, rowoff, nseg, keys, rows);
     return cudaGetLastError();
 }
 
-cudaError_t todre_cuda_topk_sort(void *tmp, size_t *tmp_bytes, const unsigned long long *in,
-                                 unsigned long long *out, int64_t N, int nseg,
-                                 const int64_t *rowoff, cudaStream_t stream)
+cudaError_t todre_cuda_topk_sort(void *tmp, size_t *tmp_bytes, const unsigned long long *keys_in,
+                                 unsigned long long *keys_out, const uint32_t *rows_in,
+                                 uint32_t *rows_out, int64_t N, int nseg, cudaStream_t stream)
 {
-    return cub::DeviceSegmentedSort::SortKeys(tmp, *tmp_bytes, in, out, N, nseg, rowoff,
-                                              rowoff + 1, stream);
+    /* Only the bits that vary: 32 for the value, enough for nseg - 1. */
+    int end_bit = 32;
+    while (end_bit < 64 && ((unsigned long long)(nseg - 1) >> (end_bit - 32)) != 0) end_bit++;
+    return cub::DeviceRadixSort::SortPairs(tmp, *tmp_bytes, keys_in, keys_out, rows_in, rows_out,
+                                           (int)N, 0, end_bit, stream);
 }
 
-__global__ void k_topk_take(const struct todre_cuda_seg *segs, const unsigned long long *sorted,
-                            int64_t *sel)
+__global__ void k_topk_take(const struct todre_cuda_seg *segs, const uint32_t *rows, int64_t *sel)
 {
     struct todre_cuda_seg s = segs[blockIdx.x];
-    for (int t = threadIdx.x; t < s.k; t += blockDim.x)
-        sel[s.out0 + t] = (int64_t)key_index(sorted[s.row0 + t]);
+    for (int t = threadIdx.x; t < s.k; t += blockDim.x) sel[s.out0 + t] = (int64_t)rows[s.row0 + t];
 }
 
 cudaError_t todre_cuda_launch_topk_take(const struct todre_cuda_seg *segs, int nseg,
-                                        const unsigned long long *sorted, int64_t *sel,
+                                        const uint32_t *sorted_rows, int64_t *sel,
                                         cudaStream_t stream)
 {
-    k_topk_take<<<(unsigned)nseg, 256, 0, stream>>>(segs, sorted, sel);
+    k_topk_take<<<(unsigned)nseg, 256, 0, stream>>>(segs, sorted_rows, sel);
     return cudaGetLastError();
 }
 

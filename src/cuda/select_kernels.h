@@ -96,14 +96,20 @@ cudaError_t todre_cuda_launch_greedy_gemv(enum todre_cuda_obj obj, const struct 
                                           float *cost, unsigned long long *keys, int64_t *sel,
                                           int sm_count, cudaStream_t stream);
 
-/* CLS_TOPK: sort keys per set (descending value, ascending index). */
+/* CLS_TOPK, in one device-wide radix sort of (set, value) keys with the
+ * local rows as values: keys[r] = set << 32 | order of -cls[r] and
+ * rows[r] = r's row in its set; the stable sort leaves each set in its own
+ * rows, by descending value, ties by ascending row (never a host wait,
+ * whatever the number of sets); take copies each set's first k rows. The
+ * sort follows CUB's two-phase protocol (tmp NULL: size query). */
 cudaError_t todre_cuda_launch_topk_keys(const float *clsf, int64_t N, const int64_t *rowoff,
-                                        int nseg, unsigned long long *keys, cudaStream_t stream);
-cudaError_t todre_cuda_topk_sort(void *tmp, size_t *tmp_bytes, const unsigned long long *in,
-                                 unsigned long long *out, int64_t N, int nseg,
-                                 const int64_t *rowoff, cudaStream_t stream);
+                                        int nseg, unsigned long long *keys, uint32_t *rows,
+                                        cudaStream_t stream);
+cudaError_t todre_cuda_topk_sort(void *tmp, size_t *tmp_bytes, const unsigned long long *keys_in,
+                                 unsigned long long *keys_out, const uint32_t *rows_in,
+                                 uint32_t *rows_out, int64_t N, int nseg, cudaStream_t stream);
 cudaError_t todre_cuda_launch_topk_take(const struct todre_cuda_seg *segs, int nseg,
-                                        const unsigned long long *sorted, int64_t *sel,
+                                        const uint32_t *sorted_rows, int64_t *sel,
                                         cudaStream_t stream);
 
 /* Per set: outputs of a set with non-finite input become -1; otherwise the

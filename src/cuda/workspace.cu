@@ -1,18 +1,24 @@
 /* Device workspace and pinned staging of the CUDA backend.
  *
- * Buffers grow geometrically and are never shrunk, so a steady stream of
- * calls of similar sizes performs no cudaMalloc and no synchronisation.
+ * Buffers grow geometrically (1.5x, capped at the workspace limit) and are
+ * never shrunk, so a steady stream of calls of similar sizes performs no
+ * cudaMalloc and no synchronisation.
  * Growing a buffer waits for the stream first, because queued kernels of an
  * earlier call may still read the old one. */
 #include <string.h>
 
 #include "cuda_internal.h"
 
-static size_t grown(size_t have, size_t want)
+/* New capacity for a buffer of @p have bytes that must hold @p want: 1.5x
+ * (so that slowly growing calls reallocate rarely), but never past the
+ * workspace limit when @p want fits it, and never less than @p want. */
+static size_t grown(size_t have, size_t want, int64_t limit)
 {
     size_t next = have + have / 2;
+    next = (next + 255u) & ~(size_t)255u;
+    if (limit >= 0 && next > (uint64_t)limit) next = (size_t)limit;
     if (next < want) next = want;
-    return (next + 255u) & ~(size_t)255u;
+    return next;
 }
 
 todre_status todre_cuda_buf(struct todre_cuda_backend *be, enum todre_cuda_buf_id id,
@@ -26,7 +32,7 @@ todre_status todre_cuda_buf(struct todre_cuda_backend *be, enum todre_cuda_buf_i
     }
     cudaError_t err = cudaStreamSynchronize(be->stream);
     if (err != cudaSuccess) return todre_cuda_fail(diag, err, "cudaStreamSynchronize (growing workspace)");
-    size_t cap = grown(b->cap, bytes);
+    size_t cap = grown(b->cap, bytes, be->base.params.workspace_limit);
     if (b->ptr) cudaFree(b->ptr);
     b->ptr = NULL;
     b->cap = 0;
@@ -69,7 +75,7 @@ todre_status todre_cuda_stage_acquire(struct todre_cuda_backend *be, size_t byte
     if (s->cap < bytes) {
         /* Slots that no copy has used yet grow with this one, so that the
          * next calls of this size find room and allocate nothing. */
-        size_t cap = grown(s->cap, bytes);
+        size_t cap = grown(s->cap, bytes, be->base.params.workspace_limit);
         for (int i = 0; i < TODRE_CUDA_RING; i++) {
             struct todre_cuda_stage *g = &be->ring[i];
             if (g != s && (g->used || g->cap >= cap)) continue;

@@ -5,9 +5,11 @@
 // norms and the non-finite flags, CENTER and ISOLATED pivot scores and
 // pivots, both greedy loops (the GRAM block loop and the cooperative GEMV
 // loop at several grid sizes, MAX_SUM and MAX_MIN) against the pinned greedy
-// rule, the position order and -1 poisoning, CLS_TOPK keys, sort and take,
-// and the stage-2 sums from Q/K (GQA, chunked prefill, question-first
-// layout) and from probabilities (vector loads on misaligned rows).
+// rule, NaN similarities from finite rows (never taken first, never the
+// ISOLATED pivot), the position order and -1 poisoning, CLS_TOPK keys, the
+// radix sort and take, and the stage-2 sums from Q/K (GQA, chunked prefill,
+// question-first layout) and from probabilities (vector loads on misaligned
+// rows).
 //
 // Every input and output lives in emulated device memory (cudaMalloc), every
 // launch goes through the stream queue, and the run is repeated with the
@@ -98,7 +100,11 @@ static void ref_greedy(int obj, const float *G, const float *inv, int n, int k, 
         x = INFINITY;
       } else if (x != INFINITY) {
         float sim = G[(size_t)c * n + v] * ic * inv[v];
-        x = obj == 0 ? x + sim : fmaxf(x, sim - 1.f);
+        float y = sim - 1.f;
+        // A NaN similarity makes either cost NaN; a NaN or overflowing cost
+        // becomes FLT_MAX (never taken before a row whose cost is a number).
+        x = obj == 0 ? x + sim : (y > x || std::isnan(y)) ? y : x;
+        if (!(x < INFINITY)) x = FLT_MAX;
       }
       cost[v] = x;
       float f = x + 0.0f;
@@ -219,12 +225,13 @@ template <typename T> static void test_select(int d, int ld, int vec, const char
   for (int b = 0; b < nseg; b++) {
     int n = ns[b], want = segs[b].lo;
     for (int v = 0; v < n; v++) {
-      float m = -INFINITY;
+      float m = NAN;  // no other row: NaN, which never wins the pivot
       for (int u = 0; u < n; u++)
         if (u != v)
           m = fmaxf(m, gram[segs[b].gram_off + (int64_t)v * n + u] * inv[rowoff[b] + v] *
                            inv[rowoff[b] + u]);
-      CHECK(score[rowoff[b] + v] == m, "%s rowmax set %d v %d", name, b, v);
+      float got = score[rowoff[b] + v];
+      CHECK(got == m || (std::isnan(got) && std::isnan(m)), "%s rowmax set %d v %d", name, b, v);
     }
     for (int v = segs[b].lo; v < segs[b].hi; v++)
       if (score[rowoff[b] + v] < score[rowoff[b] + want]) want = v;
@@ -300,32 +307,31 @@ template <typename T> static void test_select(int d, int ld, int vec, const char
     }
   }
 
-  // CLS_TOPK: keys (descending value, ascending index), CUB sort, take.
+  // CLS_TOPK: keys (set, descending value), rows, one CUB radix sort, take.
   std::vector<float> clsf(N);
   for (auto &x : clsf) x = (float)(int)(nrm() * 3);  // many ties
   Dev<float> clsf_d(clsf);
   Dev<unsigned long long> kk_d(N), sorted_d(N);
+  Dev<uint32_t> rows_d(2 * N);
   Dev<int64_t> selt_d(std::vector<int64_t>(K, -9));
   size_t tmp_bytes = 0;
-  CHECK_CUDA(todre_cuda_topk_sort(nullptr, &tmp_bytes, kk_d.p, sorted_d.p, N, nseg, rowoff_d.p,
-                                  nullptr));
+  CHECK_CUDA(todre_cuda_topk_sort(nullptr, &tmp_bytes, kk_d.p, sorted_d.p, rows_d.p, rows_d.p + N,
+                                  N, nseg, nullptr));
   Dev<char> tmp_d(tmp_bytes);
-  CHECK_CUDA(todre_cuda_launch_topk_keys(clsf_d.p, N, rowoff_d.p, nseg, kk_d.p, nullptr));
-  CHECK_CUDA(todre_cuda_topk_sort(tmp_d.p, &tmp_bytes, kk_d.p, sorted_d.p, N, nseg, rowoff_d.p,
-                                  nullptr));
-  CHECK_CUDA(todre_cuda_launch_topk_take(segs_d.p, nseg, sorted_d.p, selt_d.p, nullptr));
+  CHECK_CUDA(todre_cuda_launch_topk_keys(clsf_d.p, N, rowoff_d.p, nseg, kk_d.p, rows_d.p, nullptr));
+  CHECK_CUDA(todre_cuda_topk_sort(tmp_d.p, &tmp_bytes, kk_d.p, sorted_d.p, rows_d.p, rows_d.p + N,
+                                  N, nseg, nullptr));
+  CHECK_CUDA(todre_cuda_launch_topk_take(segs_d.p, nseg, rows_d.p + N, selt_d.p, nullptr));
   run_queue("CLS_TOPK");
-  std::vector<unsigned long long> kk = kk_d.get();
+  std::vector<uint32_t> rows = rows_d.get();
   std::vector<int64_t> selt = selt_d.get();
   for (int b = 0; b < nseg; b++) {
-    std::vector<unsigned long long> s(kk.begin() + rowoff[b], kk.begin() + rowoff[b + 1]);
-    std::sort(s.begin(), s.end());
     std::vector<int> idx(ns[b]);
     for (int i = 0; i < ns[b]; i++) idx[i] = i;
     std::stable_sort(idx.begin(), idx.end(),
                      [&](int x, int y) { return clsf[rowoff[b] + x] > clsf[rowoff[b] + y]; });
     for (int i = 0; i < ns[b]; i++)
-      CHECK((int)(s[i] & 0xffffffffu) == idx[i], "%s topk key order set %d rank %d", name, b, i);
+      CHECK((int)rows[N + rowoff[b] + i] == idx[i], "%s topk order set %d rank %d", name, b, i);
     for (int t = 0; t < ks[b]; t++)
       CHECK(selt[segs[b].out0 + t] == idx[t], "%s topk take set %d rank %d", name, b, t);
   }
@@ -342,6 +348,83 @@ template <typename T> static void test_select(int d, int ld, int vec, const char
   CHECK(flags[3] == 1 && flags[0] == 0 && flags[2] == 0 && sticky_d.get()[0] == 1, "%s NaN flags",
         name);
   printf("%s: select kernels checked\n", name);
+}
+
+// Finite rows whose similarity is NaN on the device: row 5 is made only of a
+// subnormal in a column every other row leaves 0, so 1/||e_5|| overflows fp32
+// to inf and s(c, 5) = 0 * inf = NaN for every c. The row must never be
+// taken before a row whose cost is a number (both objectives, both greedy
+// loops), and never win the ISOLATED pivot (its score stays NaN, which
+// sorts last, while the other rows' scores ignore the NaN pair).
+static void test_nan_similarity() {
+  const int n = 6, d = 8;
+  std::vector<float> E((size_t)n * d, 0.f);
+  for (int r = 0; r < 5; r++)
+    for (int e = 0; e < 7; e++) E[r * d + e] = (float)(nrm() + 1.0);
+  E[5 * d + 7] = 1e-40f;  // subnormal
+  std::vector<int64_t> rowoff = {0, n};
+  Dev<float> E_d(E);
+  Dev<int64_t> rowoff_d(rowoff);
+  Dev<float> inv_d(n), score_d(n);
+  Dev<int> flags_d(std::vector<int>(2, 0)), sticky_d(std::vector<int>(1, 0));
+  const todre_cuda_emb emb = {E_d.p, TODRE_DTYPE_F32, d, d, 0};
+  CHECK_CUDA(todre_cuda_launch_rownorm(&emb, n, rowoff_d.p, 1, inv_d.p, flags_d.p, sticky_d.p,
+                                       nullptr));
+  run_queue("rownorm (NaN similarity)");
+  std::vector<float> inv = inv_d.get();
+  CHECK(std::isinf(inv[5]) && flags_d.get()[0] == 0, "NaN similarity: premise (inv[5] = %g)",
+        inv[5]);
+  std::vector<float> gram((size_t)n * n);
+  for (int u = 0; u < n; u++)
+    for (int v = 0; v < n; v++) {
+      double s = 0;
+      for (int e = 0; e < d; e++) s += (double)E[u * d + e] * E[v * d + e];
+      gram[(size_t)u * n + v] = (float)s;
+    }
+  Dev<float> gram_d(gram);
+
+  // ISOLATED: row 5's score is NaN, the others are numbers; 5 is not the pivot.
+  std::vector<todre_cuda_seg> seg = {{0, 0, 0, n, n, 0, n, -1, 0}};
+  Dev<todre_cuda_seg> seg_d(seg);
+  Dev<int> iso_d(std::vector<int>(1, -5));
+  CHECK_CUDA(todre_cuda_launch_rowmax(gram_d.p, n, n, 0, n, inv_d.p, score_d.p, nullptr));
+  CHECK_CUDA(todre_cuda_launch_pivot(seg_d.p, 0, 1, 0, TODRE_CUDA_PIVOT_ARGMIN, score_d.p, iso_d.p,
+                                     nullptr));
+  run_queue("ISOLATED (NaN similarity)");
+  std::vector<float> score = score_d.get();
+  for (int v = 0; v < 5; v++) CHECK(std::isfinite(score[v]), "NaN similarity: score[%d] = %g", v, score[v]);
+  CHECK(std::isnan(score[5]), "NaN similarity: score[5] = %g, want NaN", score[5]);
+  CHECK(iso_d.get()[0] != 5, "NaN similarity: ISOLATED pivot is the NaN row");
+
+  // Both loops, both objectives, from pivot 0: row 5 comes last.
+  Dev<int> pivot_d(std::vector<int>(1, 0));
+  std::vector<todre_cuda_seg> gseg = seg;
+  gseg[0].gemv = 1;
+  Dev<todre_cuda_seg> gseg_d(gseg);
+  Dev<int> gl_seg_d(std::vector<int>(1, 0));
+  Dev<int64_t> gl_w0_d(std::vector<int64_t>{0, n});
+  for (int obj = 0; obj < 2; obj++) {
+    const todre_cuda_obj o = obj ? TODRE_CUDA_OBJ_MAXMIN : TODRE_CUDA_OBJ_SUM;
+    std::vector<int64_t> ref;
+    ref_greedy(obj, gram.data(), inv.data(), n, n, 0, ref);
+    CHECK(ref[n - 1] == 5, "NaN similarity: reference rule takes row 5 at step %d",
+          (int)(std::find(ref.begin(), ref.end(), 5) - ref.begin()));
+    Dev<int64_t> sel_g_d(std::vector<int64_t>(n, -9)), sel_v_d(std::vector<int64_t>(n, -9));
+    Dev<float> cost_d(n);
+    Dev<unsigned long long> keys_d(std::vector<unsigned long long>(3, ~0ull));
+    CHECK_CUDA(todre_cuda_launch_greedy_gram(o, seg_d.p, 0, 1, n, pivot_d.p, flags_d.p, inv_d.p,
+                                             gram_d.p, sel_g_d.p, nullptr));
+    CHECK_CUDA(todre_cuda_launch_greedy_gemv(o, &emb, gseg_d.p, gl_seg_d.p, gl_w0_d.p, 1, n, n,
+                                             pivot_d.p, flags_d.p, inv_d.p, cost_d.p, keys_d.p,
+                                             sel_v_d.p, 1, nullptr));
+    run_queue("greedy (NaN similarity)");
+    std::vector<int64_t> sg = sel_g_d.get(), sv = sel_v_d.get();
+    CHECK(sg == ref, "NaN similarity: obj %d GRAM order differs from the rule (row 5 at step %d)",
+          obj, (int)(std::find(sg.begin(), sg.end(), 5) - sg.begin()));
+    CHECK(sv == ref, "NaN similarity: obj %d GEMV order differs from the rule (row 5 at step %d)",
+          obj, (int)(std::find(sv.begin(), sv.end(), 5) - sv.begin()));
+  }
+  printf("NaN similarities: checked\n");
 }
 
 // ---- stage 2 ----
@@ -487,6 +570,7 @@ int main() {
     test_select<float>(24, 27, 0, "f32 d24 scalar");
     test_select<__half>(32, 40, 1, "f16 d32 vector");
     test_select<float>(16, 16, 1, "f32 d16 vector");
+    test_nan_similarity();
     test_relevance();
   }
   todre_emu_counters c;

@@ -12,10 +12,16 @@
  * need a usable CUDA device are reported as skipped where there is none.
  * Built again against the CPU emulator (TODRE_TEST_EMULATED_RT,
  * tests/cuda_emu.cmake) it also reads the emulator's counters, and checks
- * that a stream under CUDA-graph capture is refused. */
+ * that a stream under CUDA-graph capture is refused (calls, copies and
+ * set_stream, which touches neither stream then), that every call runs in
+ * the context's own (primary) CUDA context and gives the caller's current
+ * context back (a non-primary one on the same or another device, or none on
+ * a thread that never chose a device), and that the workspace never grows
+ * past the workspace limit. */
 #define _POSIX_C_SOURCE 200809L
 #define TODRE_EXPERIMENTAL_API
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -627,6 +633,283 @@ static void test_reset_state_releases_workspace(void **state)
 }
 #endif
 
+#ifdef TODRE_TEST_EMULATED_RT
+/* One small selection on ctx from device memory, on the GRAM strategy (a
+ * cuBLAS GEMM), synchronised, read back and checked. Asserts nothing (it
+ * also runs on threads of the test's own): returns the first failure, -1
+ * for a wrong result. */
+static int small_select_run(todre_context *ctx)
+{
+    float host[48 * 16];
+    tt_fill_clustered(host, 48, 16, 16, 4, 0.5, 5);
+    void *emb = NULL, *out = NULL;
+    DLDevice dev;
+    todre_status st = todre_context_device(ctx, &dev);
+    if (st == TODRE_OK) st = todre_context_alloc(ctx, sizeof host, &emb);
+    if (st == TODRE_OK) st = todre_context_alloc(ctx, sizeof(int64_t) * 6, &out);
+    if (st != TODRE_OK) return st;
+    tt_array e_h, e_d, o_d, o_h;
+    tt_array2(&e_h, host, TODRE_DTYPE_F32, 48, 16, 16);
+    tt_array2(&e_d, emb, TODRE_DTYPE_F32, 48, 16, 16);
+    tt_array_on(&e_d, kDLCUDA, dev.device_id);
+    tt_array1(&o_d, out, TODRE_DTYPE_I64, 6);
+    tt_array_on(&o_d, kDLCUDA, dev.device_id);
+    int64_t pos[6] = {0};
+    st = todre_context_copy(ctx, &e_d.dl, &e_h.dl);
+    if (st == TODRE_OK) st = todre_context_set_int(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, 2);
+    todre_select_config *cfg = NULL;
+    if (st == TODRE_OK) st = todre_select_config_create(&cfg);
+    if (st == TODRE_OK) st = todre_select_config_set_int(cfg, TODRE_SELECT_KEEP, 6);
+    if (st == TODRE_OK) st = todre_select_config_set_int(cfg, TODRE_SELECT_ORDER, TODRE_ORDER_POSITION);
+    if (st == TODRE_OK) st = todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl);
+    if (st == TODRE_OK) st = todre_context_synchronize(ctx);
+    if (st == TODRE_OK) st = todre_context_copy(ctx, tt_array1(&o_h, pos, TODRE_DTYPE_I64, 6), &o_d.dl);
+    todre_select_config_destroy(cfg);
+    todre_status st_free = todre_context_free(ctx, out);
+    if (st_free == TODRE_OK) st_free = todre_context_free(ctx, emb);
+    if (st == TODRE_OK) st = st_free;
+    if (st != TODRE_OK) return st;
+    for (int i = 0; i < 6; i++) /* 6 distinct rows, in position order */
+        if (pos[i] < 0 || pos[i] >= 48 || (i > 0 && pos[i] <= pos[i - 1])) return -1;
+    return TODRE_OK;
+}
+
+static void small_select(todre_context *ctx)
+{
+    int st = small_select_run(ctx);
+    if (st != TODRE_OK)
+        fail_msg("small selection: %s (%s)", st < 0 ? "wrong result" : todre_status_string(st),
+                 todre_context_last_error(ctx));
+}
+
+/* todre_context_set_stream() with the old or the new stream under CUDA-graph
+ * capture is refused (UNSUPPORTED, naming the capture) before it records an
+ * event on one or makes the other wait: nothing is captured and the
+ * context keeps its stream. Without capture it works. */
+static void test_set_stream_refuses_capture(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+    cudaStream_t s1, s2;
+    assert_int_equal(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+    assert_int_equal(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+    cudaGraph_t g;
+
+    /* The new stream captures. */
+    struct todre_emu_counters c0 = counters();
+    assert_int_equal(cudaStreamBeginCapture(s1, cudaStreamCaptureModeGlobal), cudaSuccess);
+    tt_assert_fails(ctx, todre_context_set_stream(ctx, (void *)s1), TODRE_ERR_UNSUPPORTED,
+                    "graph");
+    assert_int_equal(cudaStreamEndCapture(s1, &g), cudaSuccess);
+    cudaGraphDestroy(g);
+    struct todre_emu_counters c1 = counters();
+    assert_int_equal(c1.capture_ops - c0.capture_ops, 0);
+    assert_int_equal(c1.events - c0.events, 0);
+
+    /* Not capturing: accepted; then the old stream (s1) captures. */
+    tt_assert_ok(todre_context_set_stream(ctx, (void *)s1));
+    assert_int_equal(cudaStreamBeginCapture(s1, cudaStreamCaptureModeRelaxed), cudaSuccess);
+    c0 = counters();
+    tt_assert_fails(ctx, todre_context_set_stream(ctx, (void *)s2), TODRE_ERR_UNSUPPORTED,
+                    "graph");
+    tt_assert_fails(ctx, todre_context_set_stream(ctx, NULL), TODRE_ERR_UNSUPPORTED, "graph");
+    c1 = counters();
+    assert_int_equal(c1.capture_ops - c0.capture_ops, 0);
+    assert_int_equal(c1.events - c0.events, 0);
+    assert_int_equal(cudaStreamEndCapture(s1, &g), cudaSuccess);
+    cudaGraphDestroy(g);
+
+    /* The refused calls kept s1: work goes there, and s2 can go away. */
+    assert_int_equal(cudaStreamDestroy(s2), cudaSuccess);
+    small_select(ctx);
+
+    /* The legacy stream as the new one while a blocking stream captures in
+     * global mode: CUDA answers cudaErrorStreamCaptureImplicit. */
+    cudaStream_t s3;
+    assert_int_equal(cudaStreamCreate(&s3), cudaSuccess);
+    assert_int_equal(cudaStreamBeginCapture(s3, cudaStreamCaptureModeGlobal), cudaSuccess);
+    c0 = counters();
+    tt_assert_fails(ctx, todre_context_set_stream(ctx, NULL), TODRE_ERR_UNSUPPORTED, "graph");
+    c1 = counters();
+    assert_int_equal(c1.capture_ops - c0.capture_ops, 0);
+    assert_int_equal(cudaStreamEndCapture(s3, &g), cudaSuccess);
+    cudaGraphDestroy(g);
+
+    tt_assert_ok(todre_context_set_stream(ctx, NULL));
+    small_select(ctx);
+    todre_context_destroy(ctx);
+    assert_int_equal(cudaStreamDestroy(s3), cudaSuccess);
+    assert_int_equal(cudaStreamDestroy(s1), cudaSuccess);
+    assert_int_equal(counters().violations, 0);
+}
+
+/* Every call runs in the context's own CUDA context (the device's primary
+ * context, in which its events, cuBLAS handle and memory were made) and
+ * gives the caller's current context back exactly:
+ *  - a non-primary context of the caller's on the same device (the emulator
+ *    reports events or a cuBLAS handle used under another context);
+ *  - a non-primary context on another device (two emulated devices);
+ *  - no context at all, on a thread that never chose a device: the call
+ *    leaves none current (it must not bind, or create, device 0's primary
+ *    context there). */
+struct thread_run {
+    todre_context *ctx;
+    void *cur_before, *cur_after;
+    int st;
+};
+
+static void *thread_calls(void *arg)
+{
+    struct thread_run *r = arg;
+    r->cur_before = todre_emu_ctx_get_current();
+    r->st = small_select_run(r->ctx);
+    r->cur_after = todre_emu_ctx_get_current();
+    return NULL;
+}
+
+static void run_in_fresh_thread(struct thread_run *r)
+{
+    pthread_t t;
+    r->cur_before = r->cur_after = (void *)1;
+    r->st = -2;
+    assert_int_equal(pthread_create(&t, NULL, thread_calls, r), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+    assert_int_equal(r->st, TODRE_OK);
+}
+
+static void test_caller_context_same_device(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    void *saved = todre_emu_ctx_get_current();
+    uint64_t v0 = counters().violations;
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+    void *mine = todre_emu_ctx_create(0);
+    small_select(ctx);
+    assert_ptr_equal(todre_emu_ctx_get_current(), mine);
+    todre_context_destroy(ctx);
+    assert_ptr_equal(todre_emu_ctx_get_current(), mine);
+    todre_emu_ctx_set_current(saved);
+    assert_int_equal(counters().violations - v0, 0);
+}
+
+static void test_caller_context_none_on_fresh_thread(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+    struct thread_run r = {ctx, NULL, NULL, 0};
+    run_in_fresh_thread(&r);
+    assert_null(r.cur_before);
+    assert_null(r.cur_after);
+    todre_context_destroy(ctx);
+}
+
+/* Two devices: a child process, because the registry counts devices once. */
+static void test_caller_context_other_device(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("TODRE_EMU_DEVICES", "2", 1);
+        execl(self_exe, self_exe, "--child-two-devices", (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* Child of test_caller_context_other_device, with two emulated devices: a
+ * context on device 1 while the caller's non-primary context on device 0 is
+ * current, and from a fresh thread, whose primary context of device 0 must
+ * not be bound (nor created) by the call. */
+static void child_two_devices(void **state)
+{
+    (void)state;
+    assert_true(cuda_available());
+    void *mine = todre_emu_ctx_create(0);
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create("cuda", 1, &ctx));
+    assert_ptr_equal(todre_emu_ctx_get_current(), mine);
+    small_select(ctx);
+    assert_ptr_equal(todre_emu_ctx_get_current(), mine);
+    uint64_t inits = counters().primary_inits;
+    struct thread_run r = {ctx, NULL, NULL, 0};
+    run_in_fresh_thread(&r);
+    assert_null(r.cur_before);
+    assert_null(r.cur_after);
+    assert_int_equal(counters().primary_inits - inits, 0);
+    assert_int_equal(todre_emu_primary_active(0), 0);
+    /* The instance holds one retain of its primary context, and gives it back. */
+    assert_int_equal(todre_emu_primary_retains(1), 1);
+    todre_context_destroy(ctx);
+    assert_int_equal(todre_emu_primary_retains(1), 0);
+    assert_ptr_equal(todre_emu_ctx_get_current(), mine);
+    assert_int_equal(counters().violations, 0);
+}
+
+/* Growing a workspace buffer never goes past the workspace limit: a Gram
+ * matrix of 360 rows, then one of 380, under a limit of 400 x 400 x 4 bytes
+ * (1.5 x the first would be 777,600 bytes, above the 640,000 allowed). */
+static void test_workspace_growth_stays_within_limit(void **state)
+{
+    (void)state;
+    if (!cuda_available()) skip();
+    const int64_t limit = 400 * 400 * 4, d = 16, k = 8, ns[2] = {360, 380};
+    todre_context *ctx = NULL;
+    tt_assert_ok(todre_context_create("cuda", 0, &ctx));
+    tt_ctx_set(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, limit);
+    tt_ctx_set(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, 2);
+    float *host = malloc(sizeof(float) * (size_t)(400 * d));
+    assert_non_null(host);
+    tt_fill_clustered(host, 400, d, d, 6, 0.5, 41);
+    void *emb = NULL, *out = NULL;
+    tt_assert_ok(todre_context_alloc(ctx, sizeof(float) * (size_t)(400 * d), &emb));
+    tt_assert_ok(todre_context_alloc(ctx, sizeof(int64_t) * (size_t)k, &out));
+    tt_array e_h, e_d, o_d;
+    tt_array2(&e_h, host, TODRE_DTYPE_F32, 400, d, d);
+    tt_array2(&e_d, emb, TODRE_DTYPE_F32, 400, d, d);
+    tt_array_on(&e_d, kDLCUDA, 0);
+    tt_assert_ok(todre_context_copy(ctx, &e_d.dl, &e_h.dl));
+    todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_AUTO, k,
+                                         TODRE_ORDER_SELECTION);
+    for (int i = 0; i < 2; i++) {
+        tt_array2(&e_d, emb, TODRE_DTYPE_F32, ns[i], d, d);
+        tt_array_on(&e_d, kDLCUDA, 0);
+        tt_array1(&o_d, out, TODRE_DTYPE_I64, k);
+        tt_array_on(&o_d, kDLCUDA, 0);
+        todre_emu_reset_alloc_max();
+        struct todre_emu_counters before = counters();
+        tt_assert_ok(todre_select(ctx, cfg, &e_d.dl, NULL, &o_d.dl));
+        tt_assert_ok(todre_context_synchronize(ctx));
+        struct todre_emu_counters after = counters();
+        assert_true(after.blas_calls > before.blas_calls); /* GRAM ran */
+        /* The Gram buffer grew (to at least n * n * 4), within the limit. */
+        assert_true(after.device_alloc_max >= (uint64_t)(ns[i] * ns[i] * 4));
+        if (after.device_alloc_max > (uint64_t)limit)
+            fail_msg("n = %lld: a workspace buffer of %llu bytes under a limit of %lld",
+                     (long long)ns[i], (unsigned long long)after.device_alloc_max,
+                     (long long)limit);
+    }
+    todre_select_config_destroy(cfg);
+    tt_assert_ok(todre_context_free(ctx, out));
+    tt_assert_ok(todre_context_free(ctx, emb));
+    todre_context_destroy(ctx);
+    free(host);
+    assert_int_equal(counters().violations, 0);
+}
+#endif
+
 int main(int argc, char **argv)
 {
     self_exe = argv[0];
@@ -634,6 +917,12 @@ int main(int argc, char **argv)
         const struct CMUnitTest child[] = {cmocka_unit_test(child_missing_module)};
         return cmocka_run_group_tests(child, NULL, NULL);
     }
+#ifdef TODRE_TEST_EMULATED_RT
+    if (argc > 1 && strcmp(argv[1], "--child-two-devices") == 0) {
+        const struct CMUnitTest child[] = {cmocka_unit_test(child_two_devices)};
+        return cmocka_run_group_tests(child, NULL, NULL);
+    }
+#endif
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_registry_reports_cuda), /* first: see there */
         cmocka_unit_test(test_auto_falls_back_silently),
@@ -646,6 +935,11 @@ int main(int argc, char **argv)
         cmocka_unit_test(test_graph_capture_is_refused),
         cmocka_unit_test(test_reset_state_releases_workspace),
         cmocka_unit_test(test_gram_limit_follows_shared_memory),
+        cmocka_unit_test(test_set_stream_refuses_capture),
+        cmocka_unit_test(test_caller_context_same_device),
+        cmocka_unit_test(test_caller_context_none_on_fresh_thread),
+        cmocka_unit_test(test_caller_context_other_device),
+        cmocka_unit_test(test_workspace_growth_stays_within_limit),
 #endif
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

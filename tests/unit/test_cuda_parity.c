@@ -25,7 +25,7 @@
 #include "oracle.h"
 #include "todre_test.h"
 
-#ifdef TODRE_TEST_HAVE_CUDART
+#if defined(TODRE_TEST_HAVE_CUDART) || defined(TODRE_TEST_EMULATED_RT)
 #include <cuda_runtime_api.h>
 #endif
 
@@ -452,8 +452,10 @@ static void test_ragged_batch_mixed_paths(void **state)
 
 /* NaN in one set of a batch: the asynchronous call may return OK, but
  * todre_context_synchronize() reports NONFINITE naming the array, that
- * set's outputs are -1, the others are the CPU's, and the report is given
- * once (the next clean call synchronizes OK). */
+ * set's outputs are -1, the others are what the same context computes
+ * without the NaN, and the report is given once (the next clean call
+ * synchronizes OK). Also for MAX_MIN with the ISOLATED pivot (whose scores
+ * come from the similarities too), on both strategies. */
 static void test_nonfinite_is_reported(void **state)
 {
     (void)state;
@@ -461,42 +463,55 @@ static void test_nonfinite_is_reported(void **state)
     for (int b = 0; b < NSETS; b++) N += SET_N[b];
     struct input in;
     input_make(&in, TODRE_DTYPE_F32, N, 32, 32, 5);
-    struct sel_case sc = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0};
-    todre_context *cpu = tt_cpu_context();
-    struct batch_out clean;
-    run_batch(cpu, 0, &in, &sc, &clean);
-    tt_assert_ok(clean.st);
-
+    const struct {
+        struct sel_case sc;
+        int64_t strategy; /* 0: the planner's choice, 1: GEMV, 2: GRAM */
+    } runs[3] = {{{TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CENTER, 0, -1, 0, 0}, 0},
+                 {{TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_ISOLATED, 0, -1, 0, 0}, 1},
+                 {{TODRE_OBJECTIVE_MAX_MIN, TODRE_PIVOT_ISOLATED, 0, -1, 0, 0}, 2}};
     int64_t bad_row = SET_N[0] + SET_N[1] + SET_N[2] + 17; /* set 3 */
-    ((float *)in.host)[bad_row * in.ld + 5] = NAN;
-    todre_context *gpu = cuda_ctx(0, -1);
-    struct batch_out g;
-    run_batch(gpu, 1, &in, &sc, &g);
-    /* A synchronous report (NONFINITE from the call itself) would also keep
-     * the contract; then the outputs are unspecified and not checked. */
-    assert_true(g.st == TODRE_OK || g.st == TODRE_ERR_NONFINITE);
-    if (g.st == TODRE_OK) assert_int_equal(g.sync_st, TODRE_ERR_NONFINITE);
-    assert_non_null(strstr(g.msg, "embeddings"));
-    for (int b = 0; b < NSETS && g.st == TODRE_OK; b++) {
-        int64_t k = g.off[b + 1] - g.off[b];
-        for (int64_t i = 0; i < k; i++) {
-            int64_t sel = g.both[g.off[b] + i], pos = g.both[g.K + g.off[b] + i];
-            if (b == 3) {
-                assert_int_equal(sel, -1);
-                assert_int_equal(pos, -1);
-            } else {
-                assert_int_equal(sel, clean.both[clean.off[b] + i]);
+    for (int c = 0; c < 3; c++) {
+        const struct sel_case *sc = &runs[c].sc;
+        todre_context *gpu = cuda_ctx(runs[c].strategy, -1);
+        struct batch_out clean;
+        run_batch(gpu, 1, &in, sc, &clean);
+        tt_assert_ok(clean.st);
+        tt_assert_ok(clean.sync_st);
+
+        ((float *)in.host)[bad_row * in.ld + 5] = NAN;
+        struct batch_out g;
+        run_batch(gpu, 1, &in, sc, &g);
+        /* A synchronous report (NONFINITE from the call itself) would also
+         * keep the contract; then the outputs are unspecified and not
+         * checked. */
+        assert_true(g.st == TODRE_OK || g.st == TODRE_ERR_NONFINITE);
+        if (g.st == TODRE_OK) assert_int_equal(g.sync_st, TODRE_ERR_NONFINITE);
+        assert_non_null(strstr(g.msg, "embeddings"));
+        for (int b = 0; b < NSETS && g.st == TODRE_OK; b++) {
+            int64_t k = g.off[b + 1] - g.off[b];
+            for (int64_t i = 0; i < k; i++) {
+                int64_t sel = g.both[g.off[b] + i], pos = g.both[g.K + g.off[b] + i];
+                if (b == 3) {
+                    assert_int_equal(sel, -1);
+                    assert_int_equal(pos, -1);
+                } else {
+                    assert_int_equal(sel, clean.both[clean.off[b] + i]);
+                }
             }
         }
+        free(g.both);
+        ((float *)in.host)[bad_row * in.ld + 5] = 0.5f;
+        run_batch(gpu, 1, &in, sc, &g);
+        tt_assert_ok(g.st);
+        tt_assert_ok(g.sync_st);
+        free(g.both);
+        free(clean.both);
+        todre_context_destroy(gpu);
     }
-    free(g.both);
-    ((float *)in.host)[bad_row * in.ld + 5] = 0.5f;
-    run_batch(gpu, 1, &in, &sc, &g);
-    tt_assert_ok(g.st);
-    tt_assert_ok(g.sync_st);
-    free(g.both);
 
     /* Inf in the CLS map is reported as the cls array. */
+    todre_context *gpu = cuda_ctx(0, -1);
+    struct batch_out g;
     struct sel_case cs = {TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 0, -1, 0, 1};
     in.cls[3] = INFINITY;
     run_batch(gpu, 1, &in, &cs, &g);
@@ -505,9 +520,86 @@ static void test_nonfinite_is_reported(void **state)
     assert_non_null(strstr(g.msg, "cls"));
     free(g.both);
 
-    free(clean.both);
+    todre_context_destroy(gpu);
+    input_free(&in);
+}
+
+/* CLS_TOPK over many sets (600 sets of 8 to 15 rows, more than CUB's
+ * segmented-sort partitioning threshold of 500): the same indices as the
+ * CPU, in one call. On the emulator, a repeated call also allocates nothing
+ * and never makes the host wait (CUB's DeviceSegmentedSort would copy its
+ * group sizes to pageable memory and synchronise the stream there). */
+static void test_topk_many_sets(void **state)
+{
+    (void)state;
+    enum { NSEG = 600 };
+    static int64_t offsets[NSEG + 1], ooff_c[NSEG + 1], ooff_g[NSEG + 1];
+    offsets[0] = 0;
+    for (int b = 0; b < NSEG; b++) offsets[b + 1] = offsets[b] + 8 + (b * 7) % 8;
+    const int64_t N = offsets[NSEG], d = 8;
+    struct input in;
+    input_make(&in, TODRE_DTYPE_F32, N, d, d, 77);
+    for (int64_t i = 0; i < N; i++) in.cls[i] = (float)((i * 37) % 11); /* many ties */
+    todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_CLS_TOPK, TODRE_PIVOT_AUTO, 0,
+                                         TODRE_ORDER_BOTH);
+    tt_assert_ok(todre_select_config_set_double(cfg, TODRE_SELECT_RATIO, 0.3));
+    int64_t K = 0;
+    for (int b = 0; b < NSEG; b++) {
+        int64_t k;
+        tt_assert_ok(todre_select_keep_count(cfg, offsets[b + 1] - offsets[b], &k));
+        K += k;
+    }
+    int64_t *cpu_out = malloc(sizeof(int64_t) * (size_t)(2 * K));
+    int64_t *gpu_out = malloc(sizeof(int64_t) * (size_t)(2 * K));
+    assert_true(cpu_out && gpu_out);
+    int64_t eshape[2] = {N, d}, oshape[2] = {2, K};
+    tt_array offs, ooffs, emb_t, cls_t, out_t;
+    tt_array1(&offs, offsets, TODRE_DTYPE_I64, NSEG + 1);
+
+    todre_context *cpu = tt_cpu_context();
+    tt_array_init(&emb_t, in.host, TODRE_DTYPE_F32, 2, eshape, NULL);
+    tt_array1(&cls_t, in.cls, TODRE_DTYPE_F32, N);
+    tt_array_init(&out_t, cpu_out, TODRE_DTYPE_I64, 2, oshape, NULL);
+    tt_array1(&ooffs, ooff_c, TODRE_DTYPE_I64, NSEG + 1);
+    tt_assert_ok(todre_select_batch(cpu, cfg, &emb_t.dl, &cls_t.dl, &offs.dl, NULL, &out_t.dl,
+                                    &ooffs.dl));
+
+    todre_context *gpu = cuda_ctx(0, -1);
+    void *emb = dev_copy(gpu, in.host, in.bytes);
+    void *cls = dev_copy(gpu, in.cls, sizeof(float) * (size_t)N);
+    int64_t *out = dev_alloc(gpu, sizeof(int64_t) * (size_t)(2 * K));
+    dev_array(&emb_t, emb, TODRE_DTYPE_F32, 2, eshape, NULL);
+    dev_array(&cls_t, cls, TODRE_DTYPE_F32, 1, &N, NULL);
+    dev_array(&out_t, out, TODRE_DTYPE_I64, 2, oshape, NULL);
+    tt_array1(&ooffs, ooff_g, TODRE_DTYPE_I64, NSEG + 1);
+    for (int r = 0; r < 2; r++) {
+#ifdef TODRE_TEST_EMULATED_RT
+        struct todre_emu_counters before;
+        todre_emu_get_counters(&before);
+#endif
+        tt_assert_ok(todre_select_batch(gpu, cfg, &emb_t.dl, &cls_t.dl, &offs.dl, NULL, &out_t.dl,
+                                        &ooffs.dl));
+#ifdef TODRE_TEST_EMULATED_RT
+        struct todre_emu_counters after;
+        todre_emu_get_counters(&after);
+        if (r > 0) {
+            assert_int_equal(after.device_allocs - before.device_allocs, 0);
+            assert_int_equal(after.host_waits - before.host_waits, 0);
+        }
+#endif
+        tt_assert_ok(todre_context_synchronize(gpu));
+        dev_read(gpu, gpu_out, out, sizeof(int64_t) * (size_t)(2 * K));
+        assert_memory_equal(ooff_c, ooff_g, sizeof ooff_c);
+        assert_memory_equal(cpu_out, gpu_out, sizeof(int64_t) * (size_t)(2 * K));
+    }
+    dev_free(gpu, out);
+    dev_free(gpu, cls);
+    dev_free(gpu, emb);
     todre_context_destroy(gpu);
     todre_context_destroy(cpu);
+    todre_select_config_destroy(cfg);
+    free(gpu_out);
+    free(cpu_out);
     input_free(&in);
 }
 
@@ -971,6 +1063,7 @@ int main(void)
         cmocka_unit_test(test_single_set_sweep),
         cmocka_unit_test(test_ragged_batch_mixed_paths),
         cmocka_unit_test(test_nonfinite_is_reported),
+        cmocka_unit_test(test_topk_many_sets),
         cmocka_unit_test(test_overflowing_rows_never_repeat),
         cmocka_unit_test(test_reuse),
 #ifdef TODRE_TEST_HAVE_CUDART

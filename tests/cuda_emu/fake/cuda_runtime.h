@@ -67,6 +67,9 @@ void violation(const char *fmt, ...);
 // Device allocation containing [p, p + bytes), or false.
 bool device_range(const void *p, size_t bytes);
 void count_blas();
+// The context a runtime call runs in (binds the primary context of the
+// thread's device when none is current); opaque to callers.
+void *bind_ctx_opaque();
 void count_blas_handle();
 void set_func_attr(const void *kernel, int attr, int value, cudaError_t *err);
 int blocks_per_sm(int threads, size_t smem);

@@ -10,6 +10,7 @@
 #include "half.h"
 
 struct cublasContext {
+  void *ctx = nullptr;  // the CUDA context current at cublasCreate
   cudaStream_t stream = nullptr;
   void *workspace = nullptr;
   size_t workspace_bytes = 0;
@@ -48,6 +49,11 @@ cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb
                     const void *beta, void *C, cudaDataType_t Ct, int ldc, long long sC,
                     int batch, cublasComputeType_t ct, const char *name) {
   if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (emu::bind_ctx_opaque() != h->ctx) {
+    emu::violation("%s: the handle was created in CUDA context %p, but context %p is current",
+                   name, h->ctx, emu::bind_ctx_opaque());
+    return CUBLAS_STATUS_EXECUTION_FAILED;
+  }
   // Argument checks in the order the documentation lists them.
   if ((ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) || (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T) ||
       m < 0 || n < 0 || k < 0 || batch < 0)
@@ -112,6 +118,7 @@ extern "C" {
 cublasStatus_t cublasCreate(cublasHandle_t *handle) {
   emu::count_blas_handle();
   *handle = new cublasContext();
+  (*handle)->ctx = emu::bind_ctx_opaque();
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy(cublasHandle_t handle) {

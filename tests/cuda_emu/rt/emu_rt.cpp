@@ -16,6 +16,22 @@
 
 #include "cuda_runtime.h"
 
+// Streams, events and graphs belong to the context current when they were
+// made (emu::Ctx, below).
+namespace emu { struct Ctx; }
+struct CUstream_st {
+  emu::Ctx *ctx = nullptr;
+  unsigned flags = 0;
+  bool capturing = false;
+  enum cudaStreamCaptureMode mode = cudaStreamCaptureModeGlobal;
+};
+struct CUevent_st {
+  emu::Ctx *ctx = nullptr;
+  bool complete = true;
+  bool captured = false;  // last recorded in a capturing stream
+};
+struct CUgraph_st { int dummy; };
+
 #if defined(__SANITIZE_ADDRESS__)
 #define TODRE_EMU_ASAN 1
 #elif defined(__has_feature)
@@ -56,10 +72,72 @@ cudaError_t set_last(cudaError_t e) {
   return e;
 }
 
+int device_count() { return (int)env_long("TODRE_EMU_DEVICES", 1); }
+// A driver older than the runtime (CUDART_VERSION) cannot run it.
+int driver_version() { return (int)env_long("TODRE_EMU_DRIVER_VERSION", CUDART_VERSION); }
+bool driver_ok() { return driver_version() >= CUDART_VERSION; }
+
+}  // namespace
+
+// ---- contexts (CUDA 12+ runtime over the driver's context stack) ---------
+
+struct Ctx {
+  int device;
+  bool primary;
+};
+
+namespace {
+
+struct Primary {
+  Ctx ctx;
+  bool active = false;  // initialised (by cudaSetDevice, a lazy bind or a retain)
+  int retains = 0;      // cuDevicePrimaryCtxRetain minus cuDevicePrimaryCtxRelease
+};
+// Static storage: contexts outlive everything, and exit-time leak checks.
+constexpr int kMaxDevices = 64, kMaxUserContexts = 64;
+Primary g_primary[kMaxDevices];
+Ctx g_user_ctx[kMaxUserContexts];
+int g_user_ctx_count = 0;
+thread_local Ctx *t_cur = nullptr;      // the thread's current context
+thread_local int t_dev = 0;             // the thread's runtime device
+
+// Callers check device < device_count(); the emulator has at most 64.
+Primary &primary(int device) {
+  if (device < 0 || device >= kMaxDevices) {
+    fprintf(stderr, "todre CUDA emulator: device %d: at most %d devices\n", device, kMaxDevices);
+    abort();
+  }
+  Primary &p = g_primary[device];
+  p.ctx = {device, true};
+  return p;
+}
+void activate(Primary &p) {
+  if (!p.active) {
+    p.active = true;
+    g_count.primary_inits++;
+  }
+}
+
+}  // namespace
+
+// The context a runtime call runs in: the current one, or (a thread without
+// one) the primary context of the thread's device, bound to the thread.
+Ctx *bind_ctx() {
+  if (!t_cur) {
+    Primary &p = primary(t_dev);
+    activate(p);
+    t_cur = &p.ctx;
+  }
+  return t_cur;
+}
+void *bind_ctx_opaque() { return bind_ctx(); }
+
+namespace {
+
 // ---- memory --------------------------------------------------------------
 
 enum class Mem { device, pinned };
-struct Alloc { size_t bytes; Mem kind; };
+struct Alloc { size_t bytes; Mem kind; int device; };
 std::map<uintptr_t, Alloc> g_allocs;
 
 const std::pair<const uintptr_t, Alloc> *find_alloc(const void *p) {
@@ -85,6 +163,18 @@ std::deque<std::function<void()>> g_queue;
 bool g_flushing = false;
 
 bool stream_ok(cudaStream_t s) { return s == nullptr || g_streams.count(s) != 0; }
+
+// TODRE_EMU_CAPTURING=1: every stream reports capture (and records work).
+bool env_capturing() { return env_long("TODRE_EMU_CAPTURING", 0) != 0; }
+// A blocking stream capturing in global or thread-local mode makes the
+// legacy stream unusable (cudaErrorStreamCaptureImplicit).
+bool legacy_blocked() {
+  for (cudaStream_t s : g_streams)
+    if (s->capturing && !(s->flags & cudaStreamNonBlocking) && s->mode != cudaStreamCaptureModeRelaxed)
+      return true;
+  return false;
+}
+bool capturing(cudaStream_t s) { return env_capturing() || (s && s->capturing); }
 
 void flush() {
   if (g_flushing) return;
@@ -424,6 +514,7 @@ void violation(const char *fmt, ...) {
 bool device_range(const void *p, size_t bytes) { return classify(p, bytes) == 2; }
 
 void set_func_attr(const void *kernel, int attr, int value, cudaError_t *err) {
+  bind_ctx();
   if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > smem_optin()) {
     *err = set_last(cudaErrorInvalidValue);
     return;
@@ -444,6 +535,20 @@ cudaError_t enqueue(cudaStream_t s, std::function<void()> op) {
   if (!stream_ok(s)) {
     violation("work queued on a destroyed or unknown stream %p", (void *)s);
     return set_last(cudaErrorInvalidResourceHandle);
+  }
+  Ctx *c = bind_ctx();
+  if (s && s->ctx != c) {
+    violation("work queued on a stream of context %p (device %d) while context %p (device %d) "
+              "is current", (void *)s->ctx, s->ctx->device, (void *)c, c->device);
+    return set_last(cudaErrorInvalidResourceHandle);
+  }
+  if (capturing(s)) {  // recorded into the graph being captured, not run
+    g_count.capture_ops++;
+    return cudaSuccess;
+  }
+  if (!s && legacy_blocked()) {
+    g_count.capture_ops++;
+    return set_last(cudaErrorStreamCaptureImplicit);
   }
   g_queue.push_back(std::move(op));
   return cudaSuccess;
@@ -500,6 +605,11 @@ const char *cudaGetErrorName(cudaError_t e) {
   case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
   case cudaErrorCooperativeLaunchTooLarge: return "cudaErrorCooperativeLaunchTooLarge";
   case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+  case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+  case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+  case cudaErrorInsufficientDriver: return "cudaErrorInsufficientDriver";
+  case cudaErrorSymbolNotFound: return "cudaErrorSymbolNotFound";
+  case cudaErrorIllegalState: return "cudaErrorIllegalState";
   }
   return "cudaErrorUnknown";
 }
@@ -509,6 +619,8 @@ const char *cudaGetErrorString(cudaError_t e) {
   case cudaErrorNoDevice: return "no CUDA-capable device is detected";
   case cudaErrorMemoryAllocation: return "out of memory";
   case cudaErrorLaunchFailure: return "unspecified launch failure";
+  case cudaErrorInsufficientDriver:
+    return "CUDA driver version is insufficient for CUDA runtime version";
   default: return cudaGetErrorName(e);
   }
 }
@@ -520,16 +632,30 @@ cudaError_t cudaGetLastError(void) {
 cudaError_t cudaPeekAtLastError(void) { return g_last; }
 
 // TODRE_EMU_DEVICES=0 emulates a machine whose driver sees no GPU.
+cudaError_t cudaDriverGetVersion(int *version) {
+  *version = driver_version();
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceCount(int *count) {
   g_count.device_queries++;
-  *count = (int)env_long("TODRE_EMU_DEVICES", 1);
+  *count = 0;
+  if (!driver_ok()) return set_last(cudaErrorInsufficientDriver);
+  *count = device_count();
   return *count > 0 ? cudaSuccess : set_last(cudaErrorNoDevice);
 }
-static int g_device = 0;
-cudaError_t cudaGetDevice(int *device) { *device = g_device; return cudaSuccess; }
+// The device of the current context, else the thread's runtime device.
+cudaError_t cudaGetDevice(int *device) {
+  *device = t_cur ? t_cur->device : t_dev;
+  return cudaSuccess;
+}
+// CUDA 12+: initialises the device's primary context and makes it current.
 cudaError_t cudaSetDevice(int device) {
-  if (device < 0 || device >= env_long("TODRE_EMU_DEVICES", 1)) return set_last(cudaErrorInvalidDevice);
-  g_device = device;
+  if (!driver_ok()) return set_last(cudaErrorInsufficientDriver);
+  if (device < 0 || device >= device_count()) return set_last(cudaErrorInvalidDevice);
+  t_dev = device;
+  Primary &p = primary(device);
+  activate(p);
+  t_cur = &p.ctx;
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int device) {
@@ -555,15 +681,20 @@ cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int dev
   }
   return set_last(cudaErrorInvalidValue);
 }
-cudaError_t cudaDeviceSynchronize(void) { return host_wait(); }
+cudaError_t cudaDeviceSynchronize(void) {
+  bind_ctx();
+  return host_wait();
+}
 
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
   // Device memory: cudaFree synchronises, so no queued work can still use it.
+  Ctx *c = bind_ctx();
   g_count.device_allocs++;
+  if (bytes > g_count.device_alloc_max) g_count.device_alloc_max = bytes;
   void *p = nullptr;
   if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return set_last(cudaErrorMemoryAllocation);
   memset(p, 0xff, bytes);  // fresh device memory holds garbage
-  g_allocs[(uintptr_t)p] = {bytes, Mem::device};
+  g_allocs[(uintptr_t)p] = {bytes, Mem::device, c->device};
   *ptr = p;
   return cudaSuccess;
 }
@@ -582,10 +713,11 @@ static cudaError_t free_kind(void *ptr, Mem kind, const char *what) {
 }
 cudaError_t cudaFree(void *ptr) { return free_kind(ptr, Mem::device, "cudaFree"); }
 cudaError_t cudaMallocHost(void **ptr, size_t bytes) {
+  Ctx *c = bind_ctx();
   g_count.host_allocs++;
   void *p = nullptr;
   if (posix_memalign(&p, 256, bytes ? bytes : 1) != 0) return set_last(cudaErrorMemoryAllocation);
-  g_allocs[(uintptr_t)p] = {bytes, Mem::pinned};
+  g_allocs[(uintptr_t)p] = {bytes, Mem::pinned, c->device};
   *ptr = p;
   return cudaSuccess;
 }
@@ -593,7 +725,7 @@ cudaError_t cudaFreeHost(void *ptr) { return free_kind(ptr, Mem::pinned, "cudaFr
 
 cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attr, const void *ptr) {
   int k = classify(ptr, 1);
-  attr->device = k ? 0 : -2;
+  attr->device = k ? find_alloc(ptr)->second.device : -2;
   attr->type = k == 2 ? cudaMemoryTypeDevice : k == 1 ? cudaMemoryTypeHost : cudaMemoryTypeUnregistered;
   attr->devicePointer = k == 2 ? (void *)ptr : nullptr;
   attr->hostPointer = k == 1 ? (void *)ptr : nullptr;
@@ -620,6 +752,7 @@ static bool copy_ok(void *dst, const void *src, size_t bytes, enum cudaMemcpyKin
   return true;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+  bind_ctx();
   int kd, ks;
   if (!copy_ok(dst, src, bytes, kind, &kd, &ks)) return set_last(cudaErrorInvalidValue);
   cudaError_t e = host_wait();
@@ -631,6 +764,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
   int kd, ks;
   if (!copy_ok(dst, src, bytes, kind, &kd, &ks)) return set_last(cudaErrorInvalidValue);
   if (!stream_ok(stream)) return enqueue(stream, [] {});
+  if (capturing(stream) || (!stream && legacy_blocked())) return enqueue(stream, [] {});
   if (kd == 0) {
     // Into pageable memory: the call returns once the copy is done.
     cudaError_t e = host_wait();
@@ -645,6 +779,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
   return enqueue(stream, [dst, src, bytes] { memmove(dst, src, bytes); });
 }
 cudaError_t cudaMemset(void *dst, int value, size_t bytes) {
+  bind_ctx();
   if (classify(dst, bytes) != 2) {
     violation("cudaMemset of %zu bytes outside device memory", bytes);
     return set_last(cudaErrorInvalidValue);
@@ -661,12 +796,12 @@ cudaError_t cudaMemsetAsync(void *dst, int value, size_t bytes, cudaStream_t str
   return enqueue(stream, [dst, value, bytes] { memset(dst, value, bytes); });
 }
 
-struct CUstream_st { int dummy; };
-struct CUevent_st { bool complete = true; };
 static std::set<cudaEvent_t> g_events;
 
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags) {
   *stream = new CUstream_st();
+  (*stream)->ctx = bind_ctx();
+  (*stream)->flags = flags;
   g_streams.insert(*stream);
   return cudaSuccess;
 }
@@ -684,21 +819,50 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
     violation("cudaStreamSynchronize on a destroyed or unknown stream %p", (void *)stream);
     return set_last(cudaErrorInvalidResourceHandle);
   }
+  bind_ctx();
+  if (capturing(stream) || (!stream && legacy_blocked())) {
+    // Not allowed during capture: CUDA fails it and invalidates the capture.
+    g_count.capture_ops++;
+    return set_last(cudaErrorStreamCaptureUnsupported);
+  }
   return host_wait();
 }
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *status) {
   if (!stream_ok(stream)) return set_last(cudaErrorInvalidResourceHandle);
-  *status = env_long("TODRE_EMU_CAPTURING", 0) ? cudaStreamCaptureStatusActive
-                                              : cudaStreamCaptureStatusNone;
+  if (!stream && !env_capturing() && legacy_blocked()) return set_last(cudaErrorStreamCaptureImplicit);
+  *status = capturing(stream) ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode) {
+  // The legacy stream cannot be captured.
+  if (!stream || !stream_ok(stream)) return set_last(cudaErrorStreamCaptureUnsupported);
+  if (stream->capturing) return set_last(cudaErrorIllegalState);
+  stream->capturing = true;
+  stream->mode = mode;
+  return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *graph) {
+  if (!stream || !stream_ok(stream) || !stream->capturing) return set_last(cudaErrorIllegalState);
+  stream->capturing = false;
+  *graph = new CUgraph_st();
+  return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  delete graph;
   return cudaSuccess;
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   if (!stream_ok(stream) || !g_events.count(event)) return set_last(cudaErrorInvalidResourceHandle);
+  // The event may belong to another context (CUDA allows it). A capturing
+  // stream waiting, or a wait on an event recorded during capture, joins
+  // the capture.
+  if (capturing(stream) || (!stream && legacy_blocked()) || event->captured) g_count.capture_ops++;
   return cudaSuccess;  // one queue: already ordered
 }
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned) {
   g_count.events++;
   *event = new CUevent_st();
+  (*event)->ctx = bind_ctx();
   g_events.insert(*event);
   return cudaSuccess;
 }
@@ -710,12 +874,29 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
   return cudaSuccess;
 }
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
-  if (!g_events.count(event)) return set_last(cudaErrorInvalidResourceHandle);
+  if (!g_events.count(event) || !stream_ok(stream)) return set_last(cudaErrorInvalidResourceHandle);
+  Ctx *c = bind_ctx(), *sc = stream ? stream->ctx : c;
+  if (event->ctx != sc) {
+    violation("cudaEventRecord: an event of context %p (device %d) recorded on a stream of "
+              "context %p (device %d)", (void *)event->ctx, event->ctx->device, (void *)sc,
+              sc->device);
+    return set_last(cudaErrorInvalidResourceHandle);
+  }
+  if (capturing(stream) || (!stream && legacy_blocked())) {
+    g_count.capture_ops++;
+    event->captured = true;
+    return cudaSuccess;
+  }
+  event->captured = false;
   event->complete = false;
   return enqueue(stream, [event] { event->complete = true; });
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!g_events.count(event)) return set_last(cudaErrorInvalidResourceHandle);
+  if (event->captured) {
+    g_count.capture_ops++;
+    return set_last(cudaErrorStreamCaptureUnsupported);
+  }
   if (event->complete) return cudaSuccess;  // the work before it already ran
   return host_wait();
 }
@@ -724,6 +905,81 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   flush();  // queued work "progresses" when polled
   return event->complete ? cudaSuccess : cudaErrorNotReady;
 }
+
+// ---- driver entry points (CUresult int, CUcontext pointer, CUdevice int) ----
+
+static int drv_ctx_get_current(void **ctx) {
+  *ctx = t_cur;
+  return 0;
+}
+static int drv_ctx_set_current(void *ctx) {
+  t_cur = (Ctx *)ctx;
+  return 0;
+}
+static int drv_device_get(int *device, int ordinal) {
+  if (ordinal < 0 || ordinal >= device_count()) return 101;  // CUDA_ERROR_INVALID_DEVICE
+  *device = ordinal;
+  return 0;
+}
+static int drv_primary_retain(void **ctx, int device) {
+  if (device < 0 || device >= device_count()) return 101;
+  Primary &p = primary(device);
+  activate(p);
+  p.retains++;
+  *ctx = &p.ctx;
+  return 0;
+}
+static int drv_primary_release(int device) {
+  if (device < 0 || device >= device_count()) return 101;
+  Primary &p = primary(device);
+  if (p.retains <= 0) {
+    violation("cuDevicePrimaryCtxRelease(%d) without a matching retain", device);
+    return 201;  // CUDA_ERROR_INVALID_CONTEXT
+  }
+  p.retains--;
+  return 0;
+}
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **func, unsigned version,
+                                             unsigned long long,
+                                             enum cudaDriverEntryPointQueryResult *status) {
+  if (!driver_ok()) return set_last(cudaErrorInsufficientDriver);
+  static const struct { const char *name; void *fn; } table[] = {
+      {"cuCtxGetCurrent", (void *)drv_ctx_get_current},
+      {"cuCtxSetCurrent", (void *)drv_ctx_set_current},
+      {"cuDeviceGet", (void *)drv_device_get},
+      {"cuDevicePrimaryCtxRetain", (void *)drv_primary_retain},
+      {"cuDevicePrimaryCtxRelease", (void *)drv_primary_release},
+  };
+  *func = nullptr;
+  if (status) *status = cudaDriverEntryPointSymbolNotFound;
+  if (version > (unsigned)driver_version()) {
+    if (status) *status = cudaDriverEntryPointVersionNotSufficent;
+    return cudaSuccess;
+  }
+  for (auto &e : table)
+    if (strcmp(e.name, symbol) == 0) {
+      *func = e.fn;
+      if (status) *status = cudaDriverEntryPointSuccess;
+    }
+  return cudaSuccess;
+}
+
+void *todre_emu_ctx_get_current(void) { return t_cur; }
+void todre_emu_ctx_set_current(void *ctx) { t_cur = (Ctx *)ctx; }
+void *todre_emu_ctx_create(int device) {
+  if (g_user_ctx_count == kMaxUserContexts) {
+    violation("todre_emu_ctx_create: more than %d contexts", kMaxUserContexts);
+    return nullptr;
+  }
+  Ctx *c = &g_user_ctx[g_user_ctx_count++];
+  *c = {device, false};
+  t_cur = c;
+  return c;
+}
+int todre_emu_primary_active(int device) { return primary(device).active; }
+int todre_emu_primary_retains(int device) { return primary(device).retains; }
+void todre_emu_reset_alloc_max(void) { g_count.device_alloc_max = 0; }
 
 void todre_emu_get_counters(struct todre_emu_counters *out) { *out = g_count; }
 
