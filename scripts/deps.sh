@@ -9,6 +9,11 @@
 #   libopenblas-dev        the CPU backend's BLAS (cblas_sgemm / sgemv)
 #   libcmocka-dev          the C unit tests
 #   clang                  the second compiler every build is tested with
+#   libclang-rt-14-dev     libFuzzer and clang's sanitizer runtimes (fuzz.* tests in the
+#                          clang build; a Recommends of clang, so named here)
+#   valgrind               memcheck of the examples and the CLI (valgrind.* tests)
+#   libomp-dev             LLVM's OpenMP runtime and Archer, its ThreadSanitizer tool
+#                          (the TSan stage: libgomp's synchronisation is invisible to TSan)
 #   abi-dumper, abi-compliance-checker
 #                          the ABI check against tests/abi/baseline (abi.compliance)
 #   python3, python3-pip   NumPy float64 references, pytest, the Python package
@@ -16,8 +21,9 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-APT_PACKAGES=(cmake gcc g++ clang make pkg-config libopenblas-dev libcmocka-dev abi-dumper
-              abi-compliance-checker python3 python3-pip)
+APT_PACKAGES=(cmake gcc g++ clang libclang-rt-14-dev make pkg-config libopenblas-dev
+              libcmocka-dev abi-dumper abi-compliance-checker valgrind libomp-dev python3
+              python3-pip)
 PIP_PACKAGES=(numpy pytest)
 PIP_REQUIREMENTS=bindings/python/requirements-test.txt
 

@@ -4,6 +4,8 @@
 #   2. clang build in build-clang/ (CPU only), ctest: every path builds and
 #      passes with both compilers
 #   3. ASan + UBSan build in build-asan/ (CPU only), ctest
+#   3b. ThreadSanitizer build in build-tsan/ (clang, libomp + Archer): the
+#      thread tests only
 #   4. the Python package as users install it (pip install ./bindings/python):
 #      an import check from outside the tree when ctest already runs its
 #      pytest suite (tests/python.cmake), else that suite
@@ -102,6 +104,36 @@ build_and_ctest build-asan "ASan+UBSan" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTODRE_BUILD_CLI=ON -DTODRE_BUILD_TESTS=ON -DTODRE_BUILD_DOCS=OFF \
   -DTODRE_TEST_DATA="$PWD/build/tests/data"
 unset ASAN_OPTIONS UBSAN_OPTIONS
+
+# 3b. ThreadSanitizer, on the tests that run threads (docs/testing.md). clang
+# links its TSan runtime into executables only, and libtodre is linked with
+# -z defs: -z undefs lets the library leave the runtime's symbols to them.
+# Named targets: the fuzzers (ASan) cannot be built with -fsanitize=thread.
+tsan_stage() {
+  local dir=build-tsan t0=$SECONDS
+  local targets=(test_threads test_cpu_threads test_registry test_context test_select_batch
+                 test_relevance_chunked test_relevance_decision)
+  note "TSan: configure + build in $dir"
+  mkdir -p "$dir"
+  if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
+      -DCMAKE_CXX_COMPILER=clang++ -DTODRE_SANITIZE=thread -DTODRE_CUDA=OFF \
+      -DTODRE_BUILD_BENCH=OFF -DTODRE_BUILD_DOCS=OFF -DTODRE_BUILD_CLI=OFF -DTODRE_FUZZ=OFF \
+      -DCMAKE_C_STANDARD_LIBRARIES=-Wl,-z,undefs -DTODRE_TEST_DATA="$PWD/build/tests/data" \
+      >"$dir/configure.log" 2>&1; then
+    cat "$dir/configure.log"; note "TSan: configure FAILED"; failed=$((failed + 1)); return
+  fi
+  if ! cmake --build "$dir" -j "$JOBS" --target "${targets[@]}" >"$dir/build.log" 2>&1; then
+    grep -E -B2 -A8 'error|Error' "$dir/build.log" | head -n 80
+    note "TSan: build FAILED (full log: $dir/build.log)"; failed=$((failed + 1)); return
+  fi
+  note "TSan: ctest"
+  ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
+    -R '^unit\.(threads|cpu_threads|registry|context|select_batch|relevance_chunked|relevance_decision)$' \
+    2>&1 | tee "$dir/ctest.log"
+  count_ctest "$dir/ctest.log"
+  note "TSan: done in $(elapsed "$t0")"
+}
+tsan_stage
 
 # 4. Python package. ctest runs its pytest suite from the source tree when
 # tests/python.cmake registers it; what remains to check here is the package

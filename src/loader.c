@@ -199,7 +199,12 @@ static void note_searched(const char *what)
     if (registry.nsearched < MAX_SEARCHED) registry.searched[registry.nsearched++] = keep(what, "?");
 }
 
-/* Every libtodre-*.so of @p dir, in name order. */
+/* Every libtodre-*.so of @p dir, in name order. The names are kept in
+ * static storage, not on the heap: an allocation failure must not drop a
+ * module from the registry, which is built once (under registry_once, so
+ * one thread at a time). */
+static char scan_names[256][256];
+
 static void scan_dir(const char *dir)
 {
     DIR *d = opendir(dir);
@@ -208,9 +213,10 @@ static void scan_dir(const char *dir)
     size_t n = 0;
     struct dirent *de;
     while ((de = readdir(d)) != NULL && n < sizeof names / sizeof names[0]) {
-        if (!is_module_name(de->d_name)) continue;
-        char *c = strdup(de->d_name);
-        if (c) names[n++] = c;
+        if (!is_module_name(de->d_name) || strlen(de->d_name) >= sizeof scan_names[0]) continue;
+        names[n] = scan_names[n];
+        snprintf(names[n], sizeof scan_names[0], "%s", de->d_name);
+        n++;
     }
     closedir(d);
     qsort(names, n, sizeof names[0], cmp_names);
@@ -218,7 +224,6 @@ static void scan_dir(const char *dir)
         char path[PATH_MAX];
         int w = snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         if (w > 0 && (size_t)w < sizeof path) load_module(path);
-        free(names[i]);
     }
 }
 
@@ -255,12 +260,20 @@ static void build_registry(void)
 
     const char *env = getenv("TODRE_BACKEND_PATH");
     if (env) {
-        char *list = strdup(env);
-        if (!list) return;
-        char *save = NULL;
-        for (char *tok = strtok_r(list, ":", &save); tok; tok = strtok_r(NULL, ":", &save))
-            if (tok[0]) load_entry(tok);
-        free(list);
+        /* entries copied one at a time into a buffer: no allocation that
+         * could fail and silently drop the whole list */
+        for (const char *p = env; *p;) {
+            size_t len = strcspn(p, ":");
+            char tok[PATH_MAX];
+            if (len >= sizeof tok) add_failure("$TODRE_BACKEND_PATH", "an entry is longer than PATH_MAX");
+            else if (len > 0) {
+                memcpy(tok, p, len);
+                tok[len] = '\0';
+                load_entry(tok);
+            }
+            p += len;
+            if (*p == ':') p++;
+        }
         return;
     }
     char dir[PATH_MAX], sub[PATH_MAX + 8];

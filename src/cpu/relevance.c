@@ -127,7 +127,7 @@ todre_status todre_cpu_relevance_probs(struct todre_backend *base,
     struct probs_ws ws;
     if (!probs_ws_get(be, job, nt, &ws))
         return todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY,
-                    "relevance: cannot allocate the probability-path workspace (K = %lld, H = %lld, "
+                    "cannot allocate the probability-path workspace (K = %lld, H = %lld, "
                     "%d threads)", (long long)c->K, (long long)c->H, nt);
     for (int64_t b = 0; b < c->B; b++) {
         if (!c->active[b]) continue;

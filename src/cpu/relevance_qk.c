@@ -360,7 +360,7 @@ todre_status todre_cpu_relevance_qk(struct todre_backend *base,
     char *ws = todre_cpu_workspace(be, TODRE_CPU_WS_RELEVANCE, (size_t)nt * per_thread + plans + items);
     if (!ws)
         return todre_diag_set(diag, TODRE_ERR_OUT_OF_MEMORY,
-                    "relevance: cannot allocate the q/k-path workspace (dh = %lld, B*H = %lld, "
+                    "cannot allocate the q/k-path workspace (dh = %lld, B*H = %lld, "
                     "%d threads)", (long long)job->dh, (long long)(c->B * H), nt);
     struct qk_seq_plan *plan = (struct qk_seq_plan *)(ws + (size_t)nt * per_thread);
     struct qk_item_result *res = (struct qk_item_result *)(ws + (size_t)nt * per_thread + plans);

@@ -90,12 +90,14 @@ static todre_status check_finite(const struct todre_select_job *job, int64_t N, 
     return TODRE_OK;
 }
 
-/* Slot A: scale[N] | per-set scratch sized for the largest set. */
+/* Slot A: scale[N] | per-set scratch sized for the largest set | the
+ * outputs of all sets (selection and position order, K = sum of the k),
+ * written to the caller's arrays only once every set has succeeded. */
 struct layout {
-    size_t scale, acc, near, pairs, dots, taken, sel, w, mu, total;
+    size_t scale, acc, near, pairs, dots, taken, sel, w, mu, res_sel, res_pos, total;
 };
 
-static struct layout plan(int64_t N, int64_t nmax, int64_t d)
+static struct layout plan(int64_t N, int64_t nmax, int64_t d, int64_t K)
 {
     struct layout L;
     size_t o = 0;
@@ -108,6 +110,8 @@ static struct layout plan(int64_t N, int64_t nmax, int64_t d)
     L.sel = o;   o = ALIGN64(o + (size_t)nmax * 8);
     L.w = o;     o = ALIGN64(o + (size_t)d * 4);
     L.mu = o;    o = ALIGN64(o + (size_t)d * 8);
+    L.res_sel = o; o = ALIGN64(o + (size_t)K * 8);
+    L.res_pos = o; o = ALIGN64(o + (size_t)K * 8);
     L.total = o;
     return L;
 }
@@ -149,16 +153,15 @@ static todre_status guard_range(struct todre_sel_seg *s, double *scale)
     return TODRE_OK;
 }
 
-static void write_outputs(const struct todre_select_job *job, int64_t b, const int64_t *sel,
-                          const struct todre_sel_seg *s)
+/* Set b's result into the staged outputs (slot A). */
+static void stage_outputs(const struct todre_select_job *job, int64_t b, const int64_t *sel,
+                          const struct todre_sel_seg *s, int64_t *res_sel, int64_t *res_pos)
 {
     int64_t o = job->out_offsets[b];
-    if (job->out_sel) memcpy(job->out_sel + o, sel, (size_t)s->k * sizeof *sel);
-    if (job->out_pos) {
-        int64_t *dst = job->out_pos + o;
-        for (int64_t i = 0, m = 0; i < s->n; i++)
-            if (s->taken[i]) dst[m++] = i;
-    }
+    memcpy(res_sel + o, sel, (size_t)s->k * sizeof *sel);
+    int64_t *dst = res_pos + o;
+    for (int64_t i = 0, m = 0; i < s->n; i++)
+        if (s->taken[i]) dst[m++] = i;
 }
 
 /* The plan as this set can run it. The core chose it from the capabilities
@@ -211,7 +214,8 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
         int64_t n = job->seg_offsets[b + 1] - job->seg_offsets[b];
         if (n > nmax) nmax = n;
     }
-    struct layout L = plan(N, nmax, job->d);
+    const int64_t K = job->out_offsets[job->nseg];
+    struct layout L = plan(N, nmax, job->d, K);
     char *ws = todre_cpu_workspace(be, TODRE_CPU_WS_SELECT_A, L.total);
     if (!ws) {
         snprintf(diag->buf, diag->cap, "workspace: cannot allocate %zu bytes", L.total);
@@ -244,7 +248,10 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
         if (st == TODRE_ERR_OUT_OF_MEMORY && !diag->buf[0])
             snprintf(diag->buf, diag->cap, "workspace: out of memory in set %lld", (long long)b);
         if (st != TODRE_OK) return st;
-        write_outputs(job, b, sel, &s);
+        stage_outputs(job, b, sel, &s, (int64_t *)(ws + L.res_sel), (int64_t *)(ws + L.res_pos));
     }
+    /* every set succeeded: only now are the caller's arrays written */
+    if (job->out_sel) memcpy(job->out_sel, ws + L.res_sel, (size_t)K * sizeof(int64_t));
+    if (job->out_pos) memcpy(job->out_pos, ws + L.res_pos, (size_t)K * sizeof(int64_t));
     return TODRE_OK;
 }

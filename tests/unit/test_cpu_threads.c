@@ -12,6 +12,7 @@
 #define TODRE_EXPERIMENTAL_API
 #include "todre_test.h"
 
+#include <stdatomic.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <spawn.h>
@@ -167,7 +168,7 @@ static void lookup_runtimes(void)
 }
 
 struct poller {
-    volatile int stop;
+    atomic_int stop;
     int want;
     long polls, changed;
 };
@@ -176,7 +177,7 @@ struct poller {
 static void *poll_blas(void *arg)
 {
     struct poller *p = arg;
-    while (!p->stop) {
+    while (!atomic_load(&p->stop)) {
         if (blas_get() != p->want) p->changed++;
         p->polls++;
     }
@@ -211,7 +212,7 @@ static void process_wide_counts_untouched(void **state)
         assert_int_equal(blas_get(), blas_before);
         assert_int_equal(omp_get(), omp_before);
     }
-    p.stop = 1;
+    atomic_store(&p.stop, 1);
     pthread_join(th, NULL);
     assert_true(p.polls > 0);
     assert_int_equal(p.changed, 0); /* never changed, even during a call */
