@@ -98,6 +98,11 @@ static int read_device(void)
 /* After the input exists: the baseline the call is measured from. */
 static void take_baseline(void)
 {
+    /* The registry is process-wide setup done once, not memory of a call:
+     * build it first. Where a CUDA module sits next to libtodre, loading it
+     * initialises the CUDA runtime, which maps about 150 MB. */
+    int nbackends = 0;
+    (void)todre_backend_count(&nbackends);
     FILE *f = fopen("/proc/self/clear_refs", "w");
     hwm_reset = f && fputs("5", f) >= 0;
     if (f && fclose(f) != 0) hwm_reset = 0;
