@@ -17,14 +17,15 @@
 #   abi-dumper, abi-compliance-checker
 #                          the ABI check against tests/abi/baseline (abi.compliance)
 #   python3, python3-pip   NumPy float64 references, pytest, the Python package
-#   numpy, pytest, and bindings/python/requirements-test.txt (its own reasons)
+#   numpy, pytest, scikit-image (its photograph and features for the demo picture,
+#                          examples/python/picture.py), and bindings/python/requirements-test.txt (its own reasons)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 APT_PACKAGES=(cmake gcc g++ clang libclang-rt-14-dev make pkg-config libopenblas-dev
               libcmocka-dev abi-dumper abi-compliance-checker valgrind libomp-dev python3
               python3-pip)
-PIP_PACKAGES=(numpy pytest)
+PIP_PACKAGES=(numpy pytest scikit-image)
 PIP_REQUIREMENTS=bindings/python/requirements-test.txt
 
 log() { echo "deps: $*"; }
