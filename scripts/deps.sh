@@ -16,6 +16,7 @@
 #                          (the TSan stage: libgomp's synchronisation is invisible to TSan)
 #   abi-dumper, abi-compliance-checker
 #                          the ABI check against tests/abi/baseline (abi.compliance)
+#   dpkg-dev, debhelper, lintian   the Debian packages (scripts/test_debian.sh)
 #   python3, python3-pip   NumPy float64 references, pytest, the Python package
 #   numpy, pytest, scikit-image (its photograph and features for the demo picture,
 #                          examples/python/picture.py), and bindings/python/requirements-test.txt (its own reasons)
@@ -24,7 +25,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 APT_PACKAGES=(cmake gcc g++ clang libclang-rt-14-dev make pkg-config libopenblas-dev
               libcmocka-dev abi-dumper abi-compliance-checker valgrind libomp-dev python3
-              python3-pip)
+              python3-pip dpkg-dev debhelper lintian)
 PIP_PACKAGES=(numpy pytest scikit-image)
 PIP_REQUIREMENTS=bindings/python/requirements-test.txt
 

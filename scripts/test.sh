@@ -165,6 +165,33 @@ PY
   note "Python: done in $(elapsed "$t0")"
 fi
 
+# 5. Scripts that test what users install: each writes a junit XML (one
+# testcase per check) to the path it is given and exits non-zero on failure.
+#   test_wheel.sh  : the wheel built by pip through CMake, auditwheel-repaired,
+#                    in a fresh virtual environment (docs/python.md)
+#   test_debian.sh : the Debian packages, installed, used through pkg-config
+#                    and find_package, then purged (docs/building.md)
+#   test_vllm.sh   : the vLLM plugin on vLLM's CPU build (docs/vllm.md)
+script_stage() {
+  local name=$1 script=$2 t0=$SECONDS xml=$root/build/$1.xml
+  [ -f "$script" ] || return 0
+  note "$name: bash $script"
+  rm -f "$xml"
+  bash "$script" "$xml"
+  local rc=$?
+  if [ -f "$xml" ]; then
+    count_junit "$xml"
+    # a script that fails outside its test cases still fails the run
+    if [ "$rc" -ne 0 ] && ! grep -q -E '<(failure|error)' "$xml"; then failed=$((failed + 1)); fi
+  elif [ "$rc" -ne 0 ]; then
+    failed=$((failed + 1))
+  fi
+  note "$name: done in $(elapsed "$t0") (exit $rc)"
+}
+script_stage wheel scripts/test_wheel.sh
+script_stage debian scripts/test_debian.sh
+script_stage vllm scripts/test_vllm.sh
+
 note "total $(elapsed "$start")"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
