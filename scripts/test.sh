@@ -6,9 +6,9 @@
 #   3. ASan + UBSan build in build-asan/ (CPU only), ctest
 #   3b. ThreadSanitizer build in build-tsan/ (clang, libomp + Archer): the
 #      thread tests only
-#   4. the Python package as users install it (pip install ./bindings/python):
-#      an import check from outside the tree when ctest already runs its
-#      pytest suite (tests/python.cmake), else that suite
+#   4. what users install, each by its script (junit XML per script):
+#      the wheel (pip install . -> auditwheel -> fresh venv -> pytest),
+#      the Debian packages, the vLLM plugin on vLLM's CPU build
 # Ends with one line "N passed, N failed, N skipped" over all of them and exits
 # non-zero if anything failed. JOBS (default 2) sets build and ctest parallelism.
 set -uo pipefail
@@ -135,37 +135,7 @@ tsan_stage() {
 }
 tsan_stage
 
-# 4. Python package. ctest runs its pytest suite from the source tree when
-# tests/python.cmake registers it; what remains to check here is the package
-# as users install it (pip install ./bindings/python), imported from outside
-# the tree. Without that registration, pytest runs here.
-if [ -d bindings/python ] && [ -f build/libtodre.so.1 ]; then
-  t0=$SECONDS
-  note "Python: pip install ./bindings/python"
-  export TODRE_LIBRARY=$root/build/libtodre.so.1
-  if ! bash scripts/deps.sh --pip ./bindings/python; then
-    note "Python: pip install FAILED"
-    failed=$((failed + 1))
-  elif grep -q -s 'bindings/python' tests/*.cmake; then
-    if (mkdir -p build/pip-check && cd build/pip-check && python3 - "$root" <<'PY'
-import sys, numpy as np, todre
-assert not todre.__file__.startswith(sys.argv[1] + "/bindings"), todre.__file__
-emb = np.random.default_rng(0).standard_normal((2880, 64)).astype(np.float32)
-kept = todre.select(emb, ratio=0.1)
-assert kept.shape == (288,) and (np.diff(kept) > 0).all(), kept
-print("ok: installed package", todre.__file__, "kept", kept.shape[0], "of 2880")
-PY
-    ); then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-  else
-    rm -f build/pytest.xml
-    python3 -m pytest -q -rs bindings/python/tests --junitxml=build/pytest.xml
-    if [ -f build/pytest.xml ]; then count_junit build/pytest.xml; else failed=$((failed + 1)); fi
-  fi
-  unset TODRE_LIBRARY
-  note "Python: done in $(elapsed "$t0")"
-fi
-
-# 5. Scripts that test what users install: each writes a junit XML (one
+# 4. Scripts that test what users install: each writes a junit XML (one
 # testcase per check) to the path it is given and exits non-zero on failure.
 #   test_wheel.sh  : the wheel built by pip through CMake, auditwheel-repaired,
 #                    in a fresh virtual environment (docs/python.md)
@@ -177,7 +147,7 @@ script_stage() {
   [ -f "$script" ] || return 0
   note "$name: bash $script"
   rm -f "$xml"
-  bash "$script" "$xml"
+  JOBS=$JOBS bash "$script" "$xml"
   local rc=$?
   if [ -f "$xml" ]; then
     count_junit "$xml"

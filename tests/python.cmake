@@ -60,13 +60,5 @@ add_test(NAME python.examples
           ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples/python)
 set_tests_properties(python.examples PROPERTIES ENVIRONMENT "${_todre_py_env}" TIMEOUT 300)
 
-# `pip install ./bindings/python` gives an importable package whose version is
-# CMakeLists.txt's (setup.py reads ../../CMakeLists.txt); a libtodre.so.1
-# copied into the package before installing is bundled and found first.
-# Works on a copy of the sources laid out as in the repository, so the tree
-# gets no build/ or egg-info.
-add_test(NAME python.install
-  COMMAND bash -c "set -e; t=$(mktemp -d); trap 'rm -rf $t' EXIT; mkdir -p $t/repo/bindings; cp -r \"$1\" $t/repo/bindings/python; rm -rf $t/repo/bindings/python/build $t/repo/bindings/python/src/*.egg-info; cp \"$3\" $t/repo/CMakeLists.txt; cp \"$2\" $t/repo/bindings/python/src/todre/libtodre.so.1; \"$0\" -m pip install -q --no-deps --no-build-isolation --disable-pip-version-check --target $t/site $t/repo/bindings/python; cd $t && env -u TODRE_LIBRARY PYTHONPATH=$t/site \"$0\" -c 'import importlib.metadata as m, sys, todre, todre.hf; p = todre.library_path; v = m.version(\"todre\"); print(p, todre.version(), todre.__version__, v); sys.exit(0 if p.startswith(sys.argv[1]) and todre.__version__ == v == todre.version() else 1)' $t/site"
-          ${Python3_EXECUTABLE} ${_todre_py_dir} $<TARGET_SONAME_FILE:todre>
-          ${PROJECT_SOURCE_DIR}/CMakeLists.txt)
-set_tests_properties(python.install PROPERTIES ENVIRONMENT "${_todre_py_env}" TIMEOUT 300)
+# The package as users install it (pip install . -> wheel -> fresh venv) is
+# tested by scripts/test_wheel.sh, a stage of scripts/test.sh.

@@ -1,13 +1,13 @@
 """Library discovery order, the version check at import, the package version
-(CMakeLists.txt's, through setup.py), and the backend registry."""
+(CMakeLists.txt's, through pyproject.toml's regex), cuBLAS lookup for a
+wheel's CUDA module, and the backend registry."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
 import textwrap
-
-import importlib.util
 
 import pytest
 
@@ -15,7 +15,8 @@ import todre
 from todre import _lib
 
 SRC = os.path.dirname(os.path.dirname(os.path.abspath(todre.__file__)))
-PKG_DIR = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+SOURCE_DIR = os.environ.get("TODRE_SOURCE_DIR") or os.path.abspath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."))
 
 
 def _import_in_subprocess(env_lib, pkg_root=SRC):
@@ -34,35 +35,62 @@ def test_version_matches_the_loaded_library():
     assert major == _lib.REQUIRED_MAJOR == 1 and minor >= _lib.REQUIRED_MINOR
 
 
-def _setup_py():
-    spec = importlib.util.spec_from_file_location("todre_setup", os.path.join(PKG_DIR,
-                                                                              "setup.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+def _version_regex():
+    """The regex pyproject.toml gives scikit-build-core's version provider."""
+    text = open(os.path.join(SOURCE_DIR, "pyproject.toml"), encoding="utf-8").read()
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11: the one line, literally
+        return re.search(r"^regex = '(.*)'$", text, re.M).group(1)
+    meta = tomllib.loads(text)["tool"]["scikit-build"]["metadata"]["version"]
+    assert meta["provider"] == "scikit_build_core.metadata.regex"
+    assert meta["input"] == "CMakeLists.txt"
+    return meta["regex"]
 
 
 def test_package_version_is_the_library_version():
     """__version__ (the distribution's, else the library's) equals the loaded
-    library's todre_version_string(), and so does the version setup.py gives
-    the distribution (read from CMakeLists.txt)."""
+    library's todre_version_string(), and so does the version pyproject.toml
+    gives the distribution (its regex on CMakeLists.txt's project())."""
     assert todre.__version__ == _lib.lib.todre_version_string().decode()
-    assert _setup_py().package_version() == todre.version()
+    cmake = open(os.path.join(SOURCE_DIR, "CMakeLists.txt"), encoding="utf-8").read()
+    m = re.search(_version_regex(), cmake)
+    assert m and m.group("value") == todre.version()
 
 
-def test_setup_py_fails_loudly_without_a_cmake_version(tmp_path, monkeypatch):
-    setup = _setup_py()
-    lists = tmp_path / "CMakeLists.txt"
-    lists.write_text("cmake_minimum_required(VERSION 3.21)\nproject(todre LANGUAGES C)\n")
-    monkeypatch.setenv("TODRE_CMAKE_LISTS", str(lists))
-    with pytest.raises(RuntimeError, match="no 'project\\(todre VERSION"):
-        setup.package_version()
-    lists.write_text("project(todre VERSION 7.8.9\n  LANGUAGES C)\n")
-    assert setup.package_version() == "7.8.9"
-    monkeypatch.delenv("TODRE_CMAKE_LISTS")
-    monkeypatch.setattr(setup, "HERE", str(tmp_path / "nowhere" / "bindings" / "python"))
-    with pytest.raises(RuntimeError, match="cannot find the repository's CMakeLists.txt"):
-        setup.package_version()
+def test_version_regex_takes_only_the_project_version():
+    rx = _version_regex()
+    assert re.search(rx, "project(todre VERSION 7.8.9\n  LANGUAGES C)").group("value") == "7.8.9"
+    assert re.search(rx, "project(\n  todre VERSION 1.2.3)").group("value") == "1.2.3"
+    # no version written, or another project's: no match, so the build fails
+    # instead of making one up
+    assert re.search(rx, "cmake_minimum_required(VERSION 3.21)\nproject(todre LANGUAGES C)") \
+        is None
+    assert re.search(rx, "project(other VERSION 2.0.0)") is None
+
+
+def test_search_order_is_env_then_bundled_then_system(monkeypatch):
+    monkeypatch.delenv("TODRE_LIBRARY", raising=False)
+    order = [p for p, _ in _lib._candidates()]
+    assert order[:2] == [os.path.join(_lib.HERE, "libtodre.so.1"), "libtodre.so.1"]
+    monkeypatch.setenv("TODRE_LIBRARY", "/x/libtodre.so.1")
+    assert _lib._candidates() == [("/x/libtodre.so.1", True)]
+
+
+def test_nvidia_wheel_directories_are_found_on_sys_path(tmp_path, monkeypatch):
+    """cuBLAS of NVIDIA's runtime wheels: nvidia/cu13/lib (CUDA 13 on) and
+    nvidia/cublas/lib (CUDA 12), in sys.path order; a directory without the
+    library of the major the module was built for does not count."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    for d, sub, name in ((a, "cu13", "libcublas.so.13"), (b, "cublas", "libcublas.so.13"),
+                         (c, "cublas", "libcublas.so.12")):
+        (d / "nvidia" / sub / "lib").mkdir(parents=True)
+        (d / "nvidia" / sub / "lib" / name).write_bytes(b"")
+    monkeypatch.setattr(sys, "path", [str(c), str(b), str(a)])
+    assert _lib._nvidia_lib_dirs("13") == [str(b / "nvidia" / "cublas" / "lib"),
+                                           str(a / "nvidia" / "cu13" / "lib")]
+    assert _lib._nvidia_lib_dirs("12") == [str(c / "nvidia" / "cublas" / "lib")]
+    assert _lib._nvidia_lib_dirs("11") == []
 
 
 def test_env_var_overrides_the_search():
@@ -97,6 +125,11 @@ def test_copy_next_to_the_package_is_found(tmp_path):
     shutil.copytree(os.path.dirname(todre.__file__), pkg,
                     ignore=shutil.ignore_patterns("__pycache__", "libtodre.so*"))
     shutil.copy(todre.library_path, pkg / "libtodre.so.1")
+    # a repaired wheel's libtodre finds the libraries auditwheel bundled
+    # through its RUNPATH $ORIGIN/../todre.libs: copied along
+    libs = os.path.join(os.path.dirname(os.path.dirname(todre.library_path)), "todre.libs")
+    if os.path.isdir(libs):
+        shutil.copytree(libs, tmp_path / "todre.libs")
     out = _import_in_subprocess(None, pkg_root=str(tmp_path))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(pkg / "libtodre.so.1")

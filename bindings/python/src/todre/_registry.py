@@ -69,10 +69,22 @@ def backend_available(backend):
         if b.name == name:
             return b.available, b.reason
     return False, (f"no backend named {name!r} is registered (registered: "
-                   + ", ".join(b.name for b in registered)
-                   + "); backend modules libtodre-<name>.so are looked for next to "
-                   "libtodre, in its todre/ subdirectory and its backend directory, or "
-                   "in $TODRE_BACKEND_PATH")
+                   + ", ".join(b.name for b in registered) + "); " + _not_registered(name))
+
+
+def _not_registered(name):
+    """The library's own account of an unregistered name: which module files
+    it tried and why each failed to load (e.g. a CUDA module whose cuBLAS is
+    missing), and where it searched. Asked through todre_context_create(),
+    which fails with that message without creating anything."""
+    handle = ctypes.c_void_p()
+    status = lib.todre_context_create(name.encode(), 0, ctypes.byref(handle))
+    if status == 0:  # registered after all (cannot happen: the registry is built once)
+        lib.todre_context_destroy(handle)
+        return "the library now accepts it"
+    return _text(lib.todre_last_error()) or (
+        "backend modules libtodre-<name>.so are looked for next to libtodre, in its "
+        "todre/ subdirectory and its backend directory, or in $TODRE_BACKEND_PATH")
 
 
 def devices(backend=None):
