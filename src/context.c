@@ -175,7 +175,7 @@ todre_status todre_context_copy(todre_context *ctx, const DLTensor *dst, const D
     if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
     const unsigned any = (1u << TODRE_DTYPE_COUNT) - 1;
     struct todre_array d, s;
-    todre_status st = todre_array_map(ctx, dst, "dst", any, TODRE_WHERE_ANY, &d);
+    todre_status st = todre_array_map_out(ctx, dst, "dst", any, TODRE_WHERE_ANY, &d);
     if (st != TODRE_OK) return st;
     if ((st = todre_array_map(ctx, src, "src", any, TODRE_WHERE_ANY, &s)) != TODRE_OK) return st;
     if (d.dtype != s.dtype)

@@ -110,12 +110,20 @@ enum todre_where {
 
 /* Map @p dl (named @p name in messages) into @p a and check it: non-NULL,
  * dtype in the bitmask @p dtypes, device per @p where, rank, shape, strides,
- * data, and the byte extent (at most TODRE_MAX_ARRAY_BYTES, no wrap of the
- * address space). On success a->count and every offset
+ * data, the byte extent (at most TODRE_MAX_ARRAY_BYTES, no wrap of the
+ * address space) and alignment (data + byte_offset a multiple of the element
+ * size, unless the array is empty). On success a->count and every offset
  * sum_i idx_i * strides[i] (idx_i < shape[i]) fit int64. Errors are reported
  * on @p ctx (may be NULL with TODRE_WHERE_HOST); @p a is then unspecified. */
 todre_status todre_array_map(struct todre_context *ctx, const DLTensor *dl, const char *name,
                              unsigned dtypes, enum todre_where where, struct todre_array *a);
+
+/* todre_array_map() for an output array: also refuses a layout in which two
+ * indices reach the same element (a zero stride over an extent > 1, or
+ * strides that interleave; see tensor.c), naming @p name. Every output
+ * array of every call is mapped with this. */
+todre_status todre_array_map_out(struct todre_context *ctx, const DLTensor *dl, const char *name,
+                                 unsigned dtypes, enum todre_where where, struct todre_array *a);
 
 /* 1 if @p a is compact row-major (dimensions of size 1 are ignored). */
 int todre_array_is_compact(const struct todre_array *a);

@@ -1,6 +1,7 @@
 /* Stage 2 public calls: the relevance handle (layers, tau, schedule, token
  * types, observations), validation, dispatch of the sums to the backend, and
  * the decision rule. */
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,7 +172,7 @@ static todre_status write_host_list(const char *name, const DLTensor *out, int64
 {
     if (!count) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "count: NULL");
     if (out) {
-        todre_status st = todre_array_map(NULL, out, name, TODRE_DT(TODRE_DTYPE_I64),
+        todre_status st = todre_array_map_out(NULL, out, name, TODRE_DT(TODRE_DTYPE_I64),
                                           TODRE_WHERE_HOST, a);
         if (st != TODRE_OK) return st;
         if (a->rank != 1)
@@ -474,7 +475,7 @@ static todre_status check_decisions(struct todre_context *ctx, const struct todr
 {
     dec->data = NULL;
     if (!decisions) return TODRE_OK;
-    todre_status st = todre_array_map(ctx, decisions, "decisions", TODRE_DT(TODRE_DTYPE_I32),
+    todre_status st = todre_array_map_out(ctx, decisions, "decisions", TODRE_DT(TODRE_DTYPE_I32),
                                       TODRE_WHERE_HOST, dec);
     if (st != TODRE_OK) return st;
     if (dec->rank != 1 || dec->shape[0] != r->batch)
@@ -582,6 +583,12 @@ todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, 
     if (!(scale > 0.0) || !isfinite(scale))
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "scale: %g, must be > 0 and finite (or 0)",
                           scale);
+    /* The backends score in float32: a larger scale would round to Inf and
+     * turn every product, even 0, into Inf or NaN. */
+    if (scale > FLT_MAX)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "scale: %g is above FLT_MAX = %g (scores are computed in float32)",
+                          scale, (double)FLT_MAX);
     struct todre_relevance_qk_job job;
     memset(&job, 0, sizeof job);
     if ((st = begin_chunk(ctx, r, layer, "k", Q, K, &job.c)) != TODRE_OK) return st;

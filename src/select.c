@@ -136,7 +136,7 @@ static todre_status check_out(struct todre_context *ctx, const DLTensor *dl, tod
                               int64_t total, struct todre_select_job *job)
 {
     struct todre_array out;
-    todre_status st = todre_array_map(ctx, dl, "out", TODRE_DT(TODRE_DTYPE_I64),
+    todre_status st = todre_array_map_out(ctx, dl, "out", TODRE_DT(TODRE_DTYPE_I64),
                                       TODRE_WHERE_CONTEXT, &out);
     if (st != TODRE_OK) return st;
     int both = order == TODRE_ORDER_BOTH;
@@ -315,7 +315,7 @@ todre_status todre_select_batch(todre_context *ctx, const todre_select_config *c
         return st;
     struct todre_array oo;
     if (out_offsets) {
-        st = todre_array_map(ctx, out_offsets, "out_offsets", TODRE_DT(TODRE_DTYPE_I64),
+        st = todre_array_map_out(ctx, out_offsets, "out_offsets", TODRE_DT(TODRE_DTYPE_I64),
                              TODRE_WHERE_HOST, &oo);
         if (st != TODRE_OK) return st;
         if (oo.rank != 1 || oo.shape[0] != nseg + 1)

@@ -1,8 +1,9 @@
 /* DLTensor arguments: the one place DLPack codes are interpreted. Each
  * array argument is mapped, per call, into a struct todre_array on the
  * caller's stack (no allocation) and checked: dtype, device, rank, shape,
- * strides, data and byte extent (core.h: TODRE_MAX_ARRAY_BYTES, no wrap of
- * the address space). Messages name the argument. */
+ * strides, data, byte extent (core.h: TODRE_MAX_ARRAY_BYTES, no wrap of
+ * the address space) and alignment; outputs also must not alias themselves
+ * (todre_array_map_out). Messages name the argument. */
 #include <stdio.h>
 #include <string.h>
 
@@ -231,7 +232,58 @@ todre_status todre_array_map(struct todre_context *ctx, const DLTensor *dl, cons
                           name, dl->data, (long long)extent);
     a->data = dl->data ? (char *)dl->data + dl->byte_offset : NULL;
 
+    /* Every element is loaded and stored as its type (float, int64_t, ...),
+     * which C and the vector and GPU loads require to be aligned to the
+     * element size; an empty array is never read. */
+    size_t esize = todre_dtype_size(dt);
+    if (count > 0 && (uintptr_t)a->data % esize != 0)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "%s: data + byte_offset (%p + %llu) is not a multiple of %zu bytes, "
+                          "the size of one %s element (misaligned array)",
+                          name, dl->data, (unsigned long long)dl->byte_offset, esize,
+                          todre_dtype_name(dt));
+
     return check_device(ctx, a, name, where);
+}
+
+todre_status todre_array_map_out(struct todre_context *ctx, const DLTensor *dl, const char *name,
+                                 unsigned dtypes, enum todre_where where, struct todre_array *a)
+{
+    todre_status st = todre_array_map(ctx, dl, name, dtypes, where, a);
+    if (st != TODRE_OK) return st;
+    /* Distinct indices must reach distinct elements, or only the last value
+     * written to a shared element survives. Sufficient test: taken by
+     * increasing stride, each dimension of extent > 1 steps past everything
+     * the smaller ones reach ((shape - 1) * stride each; the extent check
+     * bounded these sums, for a non-empty array). A zero stride over an
+     * extent > 1 always fails. An array of fewer than 2 elements cannot
+     * alias (and an empty one's strides were never bounded). */
+    if (a->count < 2) return TODRE_OK;
+    int dims[TODRE_MAX_RANK], n = 0;
+    for (int i = 0; i < a->rank; i++) {
+        if (a->shape[i] < 2) continue;
+        int j = n++;
+        for (; j > 0 && a->strides[dims[j - 1]] > a->strides[i]; j--) dims[j] = dims[j - 1];
+        dims[j] = i;
+    }
+    int64_t reach = 0;
+    for (int j = 0; j < n; j++) {
+        int i = dims[j];
+        if (a->strides[i] <= reach) {
+            if (a->strides[i] == 0)
+                return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                                  "%s: strides[%d] = 0 over shape[%d] = %lld: an output's "
+                                  "elements must not alias each other",
+                                  name, i, i, (long long)a->shape[i]);
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "%s: strides[%d] = %lld overlaps the elements of the dimensions "
+                              "with smaller strides: an output's elements must not alias each "
+                              "other",
+                              name, i, (long long)a->strides[i]);
+        }
+        reach += (a->shape[i] - 1) * a->strides[i];
+    }
+    return TODRE_OK;
 }
 
 int todre_array_is_compact(const struct todre_array *a)

@@ -429,7 +429,12 @@ TODRE_API todre_status todre_context_copy(todre_context *ctx, const DLTensor *ds
  *  - ndim in [0, TODRE_MAX_RANK]; shape entries >= 0, and their product
  *    (the element count) at most INT64_MAX;
  *  - strides in elements, NULL = compact row-major; negative strides are
- *    rejected, zero strides (broadcast) are accepted; byte_offset is honoured;
+ *    rejected, zero strides (broadcast) are accepted for inputs; byte_offset
+ *    is honoured;
+ *  - data + byte_offset is a multiple of the element size for a non-empty
+ *    array (misaligned arrays are rejected);
+ *  - no two indices of an output may reach the same element: a zero stride
+ *    over an extent > 1, or strides that interleave, are rejected;
  *  - the byte extent, byte_offset + (1 + sum over the dimensions of
  *    (shape[i] - 1) * strides[i]) * element size (byte_offset alone for an
  *    empty array), is at most 2^56 bytes (the largest 64-bit address space;
@@ -594,7 +599,9 @@ TODRE_API todre_status todre_relevance_observe_probs(todre_context *ctx, todre_r
  *         [B, H_kv, K, dh]; H a multiple of H_kv (grouped-query attention),
  *         H <= 2^20, B x H x Q x K <= INT64_MAX; float32/16/bfloat16, same
  *         dtype, on the context's device, any strides.
- *  @param scale softmax scale (> 0, finite); 0 means 1/sqrt(dh).
+ *  @param scale softmax scale (> 0, finite, at most FLT_MAX); 0 means
+ *         1/sqrt(dh). Scores scale * q . k that overflow float32 return
+ *         TODRE_ERR_NONFINITE.
  *  @param decisions NULL or host int32 [B], as for observe_probs.
  *  Otherwise as todre_relevance_observe_probs(). */
 TODRE_API todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *rel,

@@ -16,6 +16,7 @@
  * result is the same for every thread count. The score blocks are kept below
  * OpenBLAS's multithreading threshold (m*n*k < 65536 * 4), so sgemm runs in
  * the calling thread instead of oversubscribing the cores. */
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,7 +46,7 @@ struct qk_item_result {
 };
 
 /* block_update_body() for one ISA level. */
-typedef void (*block_update_fn)(const float *restrict, int64_t, const int64_t *, int64_t,
+typedef int64_t (*block_update_fn)(const float *restrict, int64_t, const int64_t *, int64_t,
                                 int64_t, int64_t, const float *restrict, const float *restrict,
                                 float *, double *, double *, double *);
 
@@ -139,9 +140,10 @@ static const float *key_block(const struct todre_relevance_qk_job *job, int64_t 
     return kbuf;
 }
 
-/* Signed integers ordered as the floats they encode (no NaN here: scores
- * of finite inputs; -0 sorts below +0, which changes no exp or ratio). The
- * map is its own inverse. */
+/* Signed integers ordered as the floats they encode (-0 sorts below +0,
+ * which changes no exp or ratio). NaN sorts beyond the infinities of its
+ * sign: a row's scores are finite exactly when their keys lie in
+ * [float_key(-FLT_MAX), float_key(FLT_MAX)]. The map is its own inverse. */
 static inline int32_t float_key(float x)
 {
     int32_t i;
@@ -159,8 +161,10 @@ static inline float key_float(int32_t k)
 /* Fold a [nr, nk] score block (keys j0..j0+nk-1) into the rows' online
  * softmax state; row r sees keys up to pos[r]. One variant per ISA level
  * (relevance_util.h): each machine always runs the same one, so results
- * stay reproducible. */
-TODRE_REL_BODY void block_update_body(const float *restrict scores, int64_t ld, const int64_t *pos, int64_t nr,
+ * stay reproducible. Returns -1, or the first row whose visible scores hold
+ * NaN or Inf (finite q and k whose scale * q . k overflows float32), which
+ * is left before any exp: the caller reports TODRE_ERR_NONFINITE. */
+TODRE_REL_BODY int64_t block_update_body(const float *restrict scores, int64_t ld, const int64_t *pos, int64_t nr,
                          int64_t j0, int64_t nk, const float *restrict mvis,
                          const float *restrict mtxt, float *rmax, double *sall, double *svis,
                          double *stxt)
@@ -171,12 +175,14 @@ TODRE_REL_BODY void block_update_body(const float *restrict scores, int64_t ld, 
         const float *restrict s = scores + r * ld;
         /* the max through order-preserving integer keys: a float max
          * reduction does not vectorise in clang without -ffast-math */
-        int32_t kb = float_key(-INFINITY);
-#pragma omp simd reduction(max : kb)
+        int32_t kb = float_key(-INFINITY), klo = float_key(INFINITY);
+#pragma omp simd reduction(max : kb) reduction(min : klo)
         for (int64_t j = 0; j < nv; j++) {
             int32_t kj = float_key(s[j]);
             kb = kj > kb ? kj : kb;
+            klo = kj < klo ? kj : klo;
         }
+        if (kb > float_key(FLT_MAX) || klo < float_key(-FLT_MAX)) return r;
         const float mb = key_float(kb);
         if (mb > rmax[r]) {
             /* The factor scales all three sums alike, so its rounding cancels in
@@ -200,16 +206,18 @@ TODRE_REL_BODY void block_update_body(const float *restrict scores, int64_t ld, 
         svis[r] += v;
         stxt[r] += t;
     }
+    return -1;
 }
 
 #define BLOCK_UPDATE_VARIANT(attr, suffix)                                                  \
-    attr static void block_update_##suffix(const float *restrict scores, int64_t ld,          \
+    attr static int64_t block_update_##suffix(const float *restrict scores, int64_t ld,          \
                                            const int64_t *pos, int64_t nr, int64_t j0,        \
                                            int64_t nk, const float *restrict mvis,            \
                                            const float *restrict mtxt, float *rmax,           \
                                            double *sall, double *svis, double *stxt)          \
     {                                                                                         \
-        block_update_body(scores, ld, pos, nr, j0, nk, mvis, mtxt, rmax, sall, svis, stxt);   \
+        return block_update_body(scores, ld, pos, nr, j0, nk, mvis, mtxt, rmax, sall, svis,   \
+                                 stxt);                                                       \
     }
 
 BLOCK_UPDATE_VARIANT(, generic)
@@ -256,16 +264,16 @@ static int process_block(const struct todre_relevance_qk_job *job, const struct 
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)nk, (int)dh,
                     (float)job->scale, s->qbuf, (int)dh, kb, ld, 0.0f, s->scores, (int)pl->bk);
-        s->update(s->scores, pl->bk, s->pos, nr, j0, nk, s->mvis, s->mtxt, s->rmax, s->sall,
-                     s->svis, s->stxt);
-    }
-    for (int64_t r = 0; r < nr; r++) {
-        /* Finite q and k can still overflow float in the dot product. */
-        if (!isfinite(s->sall[r]) || !isfinite(s->svis[r]) || !isfinite(s->stxt[r])) {
+        int64_t bad = s->update(s->scores, pl->bk, s->pos, nr, j0, nk, s->mvis, s->mtxt,
+                                s->rmax, s->sall, s->svis, s->stxt);
+        if (bad >= 0) {
+            /* Finite q and k can still overflow float in the dot product. */
             res->kind = QK_BAD_SCORES;
-            res->index = s->rows[r];
+            res->index = s->rows[bad];
             return 0;
         }
+    }
+    for (int64_t r = 0; r < nr; r++) {
         if (ty[s->pos[r]] == TODRE_TOKEN_TEXT)
             res->s[TODRE_SUM_T2V_NUM] += s->svis[r] / s->sall[r];
         else
@@ -274,11 +282,11 @@ static int process_block(const struct todre_relevance_qk_job *job, const struct 
     return 1;
 }
 
-/* NaN/Inf anywhere in this item's q rows, or (once per key head) its keys. */
-static int check_inputs(const struct todre_relevance_qk_job *job, int64_t b, int64_t h,
-                        struct qk_item_result *res)
+/* NaN/Inf anywhere in this item's q rows. The keys were checked before
+ * (check_keys), for every key head, so no item scores a non-finite key. */
+static int check_queries(const struct todre_relevance_qk_job *job, int64_t b, int64_t h,
+                         struct qk_item_result *res)
 {
-    const int64_t G = job->c.H / job->H_kv;
     for (int64_t i = 0; i < job->c.Q; i++) {
         int64_t off = b * job->qs_b + h * job->qs_h + i * job->qs_q;
         if (!todre_rel_finite(todre_rel_at(job->q, job->dtype, off), job->dtype, job->qs_d, job->dh)) {
@@ -287,16 +295,24 @@ static int check_inputs(const struct todre_relevance_qk_job *job, int64_t b, int
             return 0;
         }
     }
-    if (h % G != 0) return 1;
+    return 1;
+}
+
+/* NaN/Inf anywhere in the K key rows of key head g of sequence b (all of
+ * them, also those no query sees, as in the probability path). */
+static void check_keys(const struct todre_relevance_qk_job *job, int64_t b, int64_t g,
+                       struct qk_item_result *res)
+{
+    res->kind = QK_OK;
+    res->index = -1;
     for (int64_t j = 0; j < job->c.K; j++) {
-        int64_t off = b * job->ks_b + (h / G) * job->ks_h + j * job->ks_k;
+        int64_t off = b * job->ks_b + g * job->ks_h + j * job->ks_k;
         if (!todre_rel_finite(todre_rel_at(job->k, job->dtype, off), job->dtype, job->ks_d, job->dh)) {
             res->kind = QK_BAD_K;
             res->index = j;
-            return 0;
+            return;
         }
     }
-    return 1;
 }
 
 static void qk_item(const struct todre_relevance_qk_job *job, const struct qk_seq_plan *pl,
@@ -307,7 +323,7 @@ static void qk_item(const struct todre_relevance_qk_job *job, const struct qk_se
     for (int k = 0; k < TODRE_NUM_SUMS; k++) res->s[k] = 0.0;
     res->kind = QK_OK;
     res->index = -1;
-    if (!check_inputs(job, b, h, res)) return;
+    if (!check_queries(job, b, h, res)) return;
     int64_t nr = 0;
     for (int64_t i = 0; i < Q; i++) {
         int64_t p = K - Q + i;
@@ -325,7 +341,8 @@ static void qk_item(const struct todre_relevance_qk_job *job, const struct qk_se
     if (nr > 0) process_block(job, pl, b, h, nr, s, res);
 }
 
-static todre_status report_bad(const struct qk_item_result *r, int64_t b, int64_t h, int64_t G,
+/* @p h: the query head, or the key head for QK_BAD_K. */
+static todre_status report_bad(const struct qk_item_result *r, int64_t b, int64_t h,
                                struct todre_diag *diag)
 {
     switch (r->kind) {
@@ -334,7 +351,7 @@ static todre_status report_bad(const struct qk_item_result *r, int64_t b, int64_
                     (long long)b, (long long)h, (long long)r->index);
     case QK_BAD_K:
         return todre_diag_set(diag, TODRE_ERR_NONFINITE, "k: NaN or Inf in sequence %lld, key head %lld, key row %lld",
-                    (long long)b, (long long)(h / G), (long long)r->index);
+                    (long long)b, (long long)h, (long long)r->index);
     default:
         return todre_diag_set(diag, TODRE_ERR_NONFINITE,
                     "q, k: scale * q . k overflows float32 in sequence %lld, head %lld, query row %lld",
@@ -348,7 +365,7 @@ todre_status todre_cpu_relevance_qk(struct todre_backend *base,
 {
     struct todre_cpu_backend *be = (struct todre_cpu_backend *)base;
     const struct todre_relevance_common *c = &job->c;
-    const int64_t H = c->H, G = H / job->H_kv;
+    const int64_t H = c->H, Hkv = job->H_kv;
     int nt = todre_cpu_threads(be);
     block_update_fn update = block_update_for(todre_rel_level());
     if (job->dh > DH_MAX)
@@ -366,6 +383,17 @@ todre_status todre_cpu_relevance_qk(struct todre_backend *base,
     struct qk_item_result *res = (struct qk_item_result *)(ws + (size_t)nt * per_thread + plans);
     for (int64_t b = 0; b < c->B; b++)
         if (c->active[b]) plan_sequence(job, b, &plan[b]);
+
+    /* Keys first, each key head once: a query head of a group must never
+     * score a key row holding NaN or Inf (NaN scores would reach the exp),
+     * whichever head of the group runs first. res[] (B * H >= B * H_kv
+     * items) holds the key results until the query heads overwrite it. */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1) if (nt > 1 && c->B * Hkv > 1)
+    for (int64_t it = 0; it < c->B * Hkv; it++)
+        if (c->active[it / Hkv]) check_keys(job, it / Hkv, it % Hkv, &res[it]);
+    for (int64_t it = 0; it < c->B * Hkv; it++)
+        if (c->active[it / Hkv] && res[it].kind != QK_OK)
+            return report_bad(&res[it], it / Hkv, it % Hkv, diag);
 
 #pragma omp parallel num_threads(nt) if (nt > 1 && c->B * H > 1)
     {
@@ -386,7 +414,7 @@ todre_status todre_cpu_relevance_qk(struct todre_backend *base,
 
     for (int64_t it = 0; it < c->B * H; it++)
         if (c->active[it / H] && res[it].kind != QK_OK)
-            return report_bad(&res[it], it / H, it % H, G, diag);
+            return report_bad(&res[it], it / H, it % H, diag);
     for (int64_t it = 0; it < c->B * H; it++) {
         if (!c->active[it / H]) continue;
         for (int k = 0; k < TODRE_NUM_SUMS; k++) c->sums[TODRE_NUM_SUMS * (it / H) + k] += res[it].s[k];

@@ -89,7 +89,10 @@ TODRE_REL_BODY int finite_u16_body(const uint16_t *s, int64_t stride, int64_t n,
 
 /* Float partial sums over blocks of 256 (error ~1e-7 relative with the simd
  * lanes), carried in double across blocks so that long rows stay exact to
- * well below the 1e-5 the paths must agree to. */
+ * well below the 1e-5 the paths must agree to. Finite values near FLT_MAX
+ * overflow a float partial sum (to Inf, or NaN from Inf - Inf); such a
+ * block is summed again in double, where 256 finite floats cannot overflow,
+ * so finite input always gives a finite sum. */
 TODRE_REL_BODY double sum_body(const float *a, int64_t n)
 {
     double total = 0.0;
@@ -98,7 +101,13 @@ TODRE_REL_BODY double sum_body(const float *a, int64_t n)
         float s = 0.0f;
 #pragma omp simd reduction(+ : s)
         for (int64_t j = 0; j < m; j++) s += a[j0 + j];
-        total += s;
+        if (s - s == 0.0f) { /* finite */
+            total += s;
+            continue;
+        }
+        double d = 0.0;
+        for (int64_t j = 0; j < m; j++) d += a[j0 + j];
+        total += d;
     }
     return total;
 }

@@ -43,16 +43,22 @@ void todre_rel_load(float *dst, const void *src, todre_dtype dt, int64_t stride,
 int todre_rel_finite(const void *src, todre_dtype dt, int64_t stride, int64_t n);
 
 /* Sum of a[0..n) in double. Blocks of float lanes keep the loop vectorised;
- * the order is fixed, so the result is reproducible. */
+ * the order is fixed, so the result is reproducible. Finite values give a
+ * finite sum (a block whose float sum overflows is summed in double). */
 double todre_rel_sum(const float *a, int64_t n);
 
 /* exp(x) for x <= 0 (Cephes expf: range reduction to [-ln2/2, ln2/2], degree-6
  * polynomial, relative error about 2e-7). Results below exp(-87) are
  * flushed to about 1.6e-38, which no softmax sum can notice. Written so that
- * `#pragma omp simd` loops vectorise it without -ffast-math. */
+ * `#pragma omp simd` loops vectorise it without -ffast-math.
+ * Any argument is safe: NaN and -Inf are taken as -87 and anything above 0
+ * as 0 (the comparisons are false for NaN), so the conversion of n to
+ * int32_t below always has a value in [-126, 0]. Callers still must not pass
+ * NaN: they check their scores first (relevance_qk.c). */
 static inline float todre_rel_exp_nonpos(float x)
 {
-    x = x < -87.0f ? -87.0f : x;
+    x = x >= -87.0f ? x : -87.0f;
+    x = x <= 0.0f ? x : 0.0f;
     float t = x * 1.44269504088896341f;
     float n = (t + 12582912.0f) - 12582912.0f; /* round to nearest: 1.5 * 2^23 */
     float r = x - n * 0.693359375f;

@@ -66,9 +66,14 @@ static todre_status fetch_sums(struct todre_cuda_backend *be, const struct todre
     const double *h = (const double *)slot->host;
     int bad;
     memcpy(&bad, h + 4 * c->B, sizeof bad);
-    if (bad)
+    /* bit 0 (1): NaN or Inf in the input; bit 1 (2, q/k path only): finite
+     * q and k whose scale * q . k overflows float32 */
+    if (bad & 1)
         return todre_diag_set(diag, TODRE_ERR_NONFINITE, "%s contain NaN or Inf",
                                qk ? "q or k" : "attn");
+    if (bad)
+        return todre_diag_set(diag, TODRE_ERR_NONFINITE,
+                              "q, k: scale * q . k overflows float32");
     for (int64_t b = 0; b < c->B; b++) {
         if (!c->active[b]) continue;
         for (int s = 0; s < 4; s++) c->sums[4 * b + s] = h[4 * b + s];

@@ -1,6 +1,7 @@
 /* Stage-2 kernels: row sums from attention probabilities, the fused causal
  * online-softmax kernel from Q and K, the per-sequence reductions, and their
  * launchers. See relevance_kernels.h; the driver is relevance.cu. */
+#include <float.h>
 #include <math.h>
 
 #include "cuda_internal.h"
@@ -76,11 +77,26 @@ __global__ void k_probs_rows(const T *attn, int64_t B, int64_t H, int64_t Q, int
             ft += x;
             if (ty[j] == target) fn += x;
         }
-        if (__any_sync(0xffffffffu, bad)) {
-            if (lane == 0) atomicOr(nonfinite, 1);
+        /* warp-uniform: every lane takes part in both votes */
+        const int any_bad = __any_sync(0xffffffffu, bad);
+        const int any_over = __any_sync(0xffffffffu, !isfinite(fn) || !isfinite(ft));
+        if (any_bad && lane == 0) atomicOr(nonfinite, 1);
+        /* Finite values near FLT_MAX overflow the float partial sums (to
+         * Inf, or NaN from Inf - Inf): then the row is summed again in
+         * double, where finite input cannot overflow, as on the CPU. Rare,
+         * so the fast path stays in float. */
+        double dn = fn, dt = ft;
+        if (!any_bad && any_over) {
+            dn = 0.0;
+            dt = 0.0;
+            for (int64_t j = lane; j < K; j += 32) {
+                double x = ld(a, j * s_k);
+                dt += x;
+                if (ty[j] == target) dn += x;
+            }
         }
-        num = warp_sum_d((double)fn);
-        tot = warp_sum_d((double)ft);
+        num = warp_sum_d(dn);
+        tot = warp_sum_d(dt);
     }
     if (lane == 0) {
         rows[2 * row] = num;
@@ -214,12 +230,18 @@ __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_c
                 for (int m = 0; m < 8; m++) sc[m] = fmaf(qv, Ks[(g + 8 * m) * (QK_DC + 1) + e], sc[m]);
             }
         }
-        /* Online softmax over this tile, causal mask j <= pos. */
+        /* Online softmax over this tile, causal mask j <= pos. A visible
+         * score that is not finite (finite q and k whose scale * q . k
+         * overflows float32) is reported (bit 2) instead of folded: fmaxf
+         * would drop a NaN and exp2f(inf - inf) is NaN. */
         float tmax = -INFINITY;
 #pragma unroll
         for (int m = 0; m < 8; m++) {
             int64_t j = j0 + g + 8 * m;
-            sc[m] = (j <= pos && j < a.K) ? sc[m] * a.scale_log2 : -INFINITY;
+            int vis = j <= pos && j < a.K;
+            float s = sc[m] * a.scale_log2;
+            bad |= (vis && needed && !(fabsf(s) <= FLT_MAX)) << 1;
+            sc[m] = vis ? s : -INFINITY;
             tmax = fmaxf(tmax, sc[m]);
         }
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, 1));
@@ -247,7 +269,9 @@ __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_c
     double frac = (needed && g == 0 && l > 0.f) ? (double)lt / (double)l : 0.0;
     double t2v = target == TODRE_TOKEN_VISUAL ? frac : 0.0;
     double v2t = target == TODRE_TOKEN_TEXT ? frac : 0.0;
-    if (__syncthreads_or(bad) && tid == 0) atomicOr(a.nonfinite, 1);
+    /* bit 0: NaN or Inf in q or k; bit 1: a score overflowed */
+    int bad_in = __syncthreads_or(bad & 1), bad_sc = __syncthreads_or(bad & 2);
+    if ((bad_in || bad_sc) && tid == 0) atomicOr(a.nonfinite, (bad_in ? 1 : 0) | (bad_sc ? 2 : 0));
     t2v = block_sum_d(t2v, red);
     if (tid == 0) out[0] = t2v;
     v2t = block_sum_d(v2t, red);

@@ -178,24 +178,6 @@ FZ_NOCOV void fz_store(void *data, int dt, size_t i, float v)
     memcpy((char *)data + 2 * i, &h, 2);
 }
 
-FZ_NOCOV void fz_qk_guard(void *data, int dt, size_t count, int keys_finite)
-{
-    if (!(FZ_QK_LIMIT > 0)) return;
-    for (size_t i = 0; i < count; i++) {
-        double v = fz_load(data, dt, i);
-        if (isfinite(v) && fabs(v) > FZ_QK_LIMIT)
-            fz_store(data, dt, i, v > 0 ? (float)FZ_QK_LIMIT : (float)-FZ_QK_LIMIT);
-        else if (keys_finite && !isfinite(v))
-            fz_store(data, dt, i, 0.0f);
-    }
-}
-
-double fz_qk_guard_scale(double scale)
-{
-    if (!(FZ_QK_LIMIT > 0) || !isfinite(scale) || fabs(scale) <= 4) return scale;
-    return scale > 0 ? 4.0 : -4.0;
-}
-
 void fz_fill_floats(struct fz *in, void *data, int dt, size_t count, int finite_only)
 {
     uint64_t s = fz_u64(in);
@@ -304,6 +286,9 @@ void fz_tensor_classify(struct fz_tensor *x, int64_t max_count)
     if (count == 0) return set_class(x, FZ_FITS, "empty");
     if (count > INT64_MAX) return set_class(x, FZ_REJECT, "element count overflows int64");
     if (!t->data) return set_class(x, FZ_REJECT, "NULL data, not empty");
+    /* the harness's buffers are malloc'd, so only byte_offset can misalign */
+    if (((uintptr_t)t->data + (uintptr_t)t->byte_offset) % isz != 0)
+        return set_class(x, FZ_REJECT, "misaligned (data + byte_offset)");
     i128 last = 0, compact = 1;
     for (int i = t->ndim - 1; i >= 0; i--) {
         i128 s = t->strides ? (i128)t->strides[i] : compact;
@@ -519,9 +504,9 @@ void fz_tensor_arbitrary(struct fz *in, struct fz_tensor *x, DLDataType want_dty
         uint8_t b = fz_u8(in);
         static const uint64_t big[] = {(uint64_t)1 << 63, UINT64_MAX, (uint64_t)INT64_MAX,
                                        (uint64_t)1 << 62, ((uint64_t)1 << 63) + 8, 1u << 20};
+        /* any offset: one that is not a multiple of the element size makes
+         * a misaligned array, which the library must refuse */
         t->byte_offset = b < 0x80 ? b % 33 : b < 0xc0 ? big[b % 6] : (uint64_t)fz_i64_edge(in);
-        size_t isz = fz_known_itemsize(t->dtype);
-        if (!FZ_ALLOW_MISALIGNED && isz > 1) t->byte_offset -= t->byte_offset % isz;
     }
 
     int64_t end = small_extent(t, fz_known_itemsize(t->dtype) ? fz_known_itemsize(t->dtype) : 1);

@@ -91,29 +91,6 @@ uint64_t fz_splitmix64(uint64_t *state);
  * a few input-chosen patches (NaN, +-Inf, -0, FLT_MAX, a subnormal, a raw bit
  * pattern) unless @p finite_only. Values are read back with fz_load(). */
 void fz_fill_floats(struct fz *in, void *data, int dt, size_t count, int finite_only);
-/* KNOWN FINDING (issue #12 fuzzing; reported to the owner of src/cpu, not
- * changed here): todre_relevance_observe_qk() on the CPU feeds non-finite
- * scores to todre_rel_exp_nonpos() (src/cpu/relevance_util.h), whose
- * (int32_t) of a NaN or Inf is undefined (UBSan float-cast-overflow), before
- * it returns TODRE_ERR_NONFINITE. Scores become non-finite when
- *  (a) finite q and k overflow float32 in scale * q . k, or a finite scale
- *      above FLT_MAX is rounded to float; or
- *  (b) k holds NaN or Inf and H_kv < H: only the first query head of each
- *      group checks the keys (check_inputs), the others use them.
- * Until that is fixed, the harnesses keep the inputs away from those two
- * paths: finite q / k values are clamped to [-FZ_QK_LIMIT, FZ_QK_LIMIT],
- * the scale to [-4, 4] (NaN, Inf, 0 and negative scales still reach the
- * validation), and non-finite keys are replaced where H_kv may be < H. Build
- * with -DFZ_QK_LIMIT=0 to fuzz those paths. */
-#ifndef FZ_QK_LIMIT
-#define FZ_QK_LIMIT 1e4
-#endif
-/* Clamp @p count values of dtype @p dt as above; with @p keys_finite also
- * replace NaN / Inf by 0. No-op when FZ_QK_LIMIT is 0. */
-void fz_qk_guard(void *data, int dt, size_t count, int keys_finite);
-/* The scale clamp (identity when FZ_QK_LIMIT is 0). */
-double fz_qk_guard_scale(double scale);
-
 /* Element @p i of a float buffer of dtype @p dt (0 f32, 1 f16, 2 bf16). */
 double fz_load(const void *data, int dt, size_t i);
 /* Store @p v, rounded to dtype @p dt, as element @p i. */
@@ -133,9 +110,10 @@ enum fz_class {
      * than host memory (the harnesses use CPU contexts), an unknown device or
      * dtype, lanes != 1, ndim outside [0, TODRE_MAX_RANK], shape NULL with
      * ndim > 0, a negative shape entry, NULL data for a non-empty array, a
-     * negative stride over a dimension > 1, byte_offset above INT64_MAX, or a
-     * byte extent (offset + span) that exceeds INT64_MAX. The call taking it
-     * must fail. */
+     * negative stride over a dimension > 1, byte_offset above INT64_MAX, a
+     * byte extent (offset + span) that exceeds INT64_MAX, or a non-empty
+     * array whose data + byte_offset is not a multiple of the element size
+     * (misaligned). The call taking it must fail. */
     FZ_REJECT = 1,
     /* Valid by the header's rules but larger than its buffer (or more
      * elements than the harness allows): the caller would be lying about its
@@ -159,18 +137,6 @@ struct fz_tensor {
 };
 
 #define FZ_MAX_SHAPE_ALLOC 16
-
-/* KNOWN FINDING (issue #12 fuzzing; reported to the owner of src/tensor.c,
- * not changed here): todre_array_map() accepts a byte_offset (or data
- * pointer) that is not a multiple of the element size, and the CPU kernels
- * then load float16 / float32 / int64 elements from misaligned addresses
- * (UBSan alignment; e.g. ld_bf16 in src/cpu/select_kernels.c). Until the
- * library rejects such arrays, fz_tensor_arbitrary() rounds byte_offset
- * down to a multiple of the element size. Build with -DFZ_ALLOW_MISALIGNED=1
- * to fuzz that path. */
-#ifndef FZ_ALLOW_MISALIGNED
-#define FZ_ALLOW_MISALIGNED 0
-#endif
 
 /* Element size of a DLPack dtype the library knows (float32/16, bfloat16,
  * int32/64, uint8, bool8, lanes 1), else 0. */
@@ -219,7 +185,8 @@ void fz_tensor_compact_copy(const struct fz_tensor *src, struct fz_tensor *dst);
 int fz_tensor_same_elems(const struct fz_tensor *a, const struct fz_tensor *b);
 
 /* 1 if two elements of a FITS tensor share an address (a stride of 0, or
- * strides that interleave): an output whose elements overwrite each other. */
+ * strides that interleave): an output whose elements overwrite each other,
+ * which every call must refuse (docs/api.md, "Arrays"). */
 int fz_tensor_aliased(const struct fz_tensor *x);
 
 /* The DLTensor to pass: &x->t, or NULL for an FZ_SKIP tensor. */

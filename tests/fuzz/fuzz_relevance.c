@@ -9,10 +9,13 @@
  *
  * A model written from docs/semantics.md predicts every call, beyond ASan /
  * UBSan / LSan:
- *  - the status: INVALID_ARGUMENT for a layer outside [0, L) or K above the
- *    types' length, STATE for a chunk that does not continue the previous
- *    one of its layer, NONFINITE exactly when an active sequence's input
- *    holds NaN / Inf, else OK; the message contract;
+ *  - the status: INVALID_ARGUMENT for a layer outside [0, L), K above the
+ *    types' length or a scale that is negative, not finite or above
+ *    FLT_MAX, STATE for a chunk that does not continue the previous one of
+ *    its layer, NONFINITE exactly when an active sequence's input holds
+ *    NaN / Inf or (q / k) a score the library computes overflows float32
+ *    (either status within rounding of FLT_MAX), else OK; the message
+ *    contract;
  *  - each sequence's decision (NOT_PROBED, ALREADY_DROPPED, PENDING, KEEP,
  *    DROP) from the schedule, the probe list, earlier drops and the chunk;
  *    KEEP / DROP agree with the returned ratios and tau (strict <);
@@ -27,6 +30,7 @@
  *   u8 L-1, u8 B-1, u8 tau mode [u16 | double], u8 schedule, u8 probe count,
  *   probe layers, types (u8 mode, ...), then repeated: u8 opcode, operands.
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,17 +43,6 @@
 #define KMAX 32
 #define HMAX 4
 #define DHMAX 16
-
-/* KNOWN FINDING (issue #12 fuzzing; reported to the owner of src/cpu, not
- * changed here): the probability path sums each row in float partial sums
- * (sum_body, src/cpu/relevance_util.c), so finite inputs near FLT_MAX
- * overflow to Inf / NaN and todre_relevance_observe_probs() returns
- * TODRE_OK with NaN ratios. Until that is fixed, finite attention values are
- * clamped to [-FZ_PROBS_LIMIT, FZ_PROBS_LIMIT]. -DFZ_PROBS_LIMIT=0 fuzzes
- * that path. */
-#ifndef FZ_PROBS_LIMIT
-#define FZ_PROBS_LIMIT 1e30
-#endif
 
 static const DLDataType DT_I32 = {kDLInt, 32, 1};
 static const DLDataType DT_I64 = {kDLInt, 64, 1};
@@ -245,6 +238,48 @@ FZ_NOCOV static void ref_qk(const struct model *m, const struct fz_tensor *q,
         }
 }
 
+/* Whether scale * q . k overflows float32 in the library (which then returns
+ * TODRE_ERR_NONFINITE) for sequence b: over the rows it scores (a text row
+ * that sees a visual key, a visual row that sees a text key) and their
+ * visible keys. 2: surely (|scale * q . k| above FLT_MAX by 1% with no
+ * cancellation to speak of, so float rounding cannot bring it back); 1:
+ * maybe (some product, partial sum or scaled sum comes within 0.1% of
+ * FLT_MAX); 0: no. */
+FZ_NOCOV static int qk_overflow(const struct model *m, const struct fz_tensor *q,
+                                const struct fz_tensor *k, int rank4, int64_t b, int64_t H,
+                                int64_t Hkv, int64_t Q, int64_t K, int64_t dh, double scale, int dt)
+{
+    int64_t G = H / Hkv, first_vis = K, first_txt = K;
+    for (int64_t j = K - 1; j >= 0; j--) {
+        if (m->types[b][j] == TODRE_TOKEN_VISUAL) first_vis = j;
+        if (m->types[b][j] == TODRE_TOKEN_TEXT) first_txt = j;
+    }
+    const double top = FLT_MAX;
+    int worst = 0;
+    for (int64_t h = 0; h < H; h++)
+        for (int64_t i = 0; i < Q; i++) {
+            int64_t p = K - Q + i;
+            uint8_t t = m->types[b][p];
+            if (!((t == TODRE_TOKEN_TEXT && first_vis <= p) ||
+                  (t == TODRE_TOKEN_VISUAL && first_txt <= p)))
+                continue;
+            for (int64_t j = 0; j <= p; j++) {
+                double dot = 0, bound = 0;
+                for (int64_t e = 0; e < dh; e++) {
+                    int64_t fq = (((rank4 ? b : 0) * H + h) * Q + i) * dh + e;
+                    int64_t fk = (((rank4 ? b : 0) * Hkv + h / G) * K + j) * dh + e;
+                    double x = fz_load(fz_tensor_flat(q, fq), dt, 0) *
+                               fz_load(fz_tensor_flat(k, fk), dt, 0);
+                    dot += x;
+                    bound += fabs(x);
+                }
+                if (fabs(scale * dot) > top * 1.01 && bound <= 1.5 * fabs(dot)) return 2;
+                if (bound > top * 0.999 || scale * bound > top * 0.999) worst = 1;
+            }
+        }
+    return worst;
+}
+
 /* Attention probabilities: softmax rows (causal or over all K), or raw values. */
 static void fill_probs(struct fz *in, struct fz_tensor *a, int64_t count, int64_t Q, int64_t K,
                        int dt, int mode)
@@ -255,9 +290,6 @@ static void fill_probs(struct fz *in, struct fz_tensor *a, int64_t count, int64_
         if (!tmp) abort();
         fz_fill_floats(in, tmp, dt, (size_t)count, mode == 3);
         for (int64_t f = 0; f < count; f++) {
-            double v = fz_load(tmp, dt, (size_t)f);
-            if (FZ_PROBS_LIMIT > 0 && isfinite(v) && fabs(v) > FZ_PROBS_LIMIT)
-                fz_store(tmp, dt, (size_t)f, v > 0 ? (float)FZ_PROBS_LIMIT : (float)-FZ_PROBS_LIMIT);
             memcpy(fz_tensor_flat(a, f), tmp + (size_t)f * isz, isz);
         }
         free(tmp);
@@ -311,7 +343,6 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
     if (qk) {
         uint8_t sb = fz_u8(in);
         scale = sb < 0x80 ? 0.0 : sb < 0xe0 ? (sb - 0x80) / 16.0 : fz_double_edge(in);
-        scale = fz_qk_guard_scale(scale); /* known finding: fuzz_common.h */
     }
     int with_dec = fz_u8(in) % 4 != 0;
 
@@ -330,7 +361,6 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
             if (!tmp) abort();
             int finite = (vmode & (w ? 2 : 1)) == 0;
             fz_fill_floats(in, tmp, dt, (size_t)x->count, finite);
-            fz_qk_guard(tmp, dt, (size_t)x->count, w == 1 && Hkv < H); /* fuzz_common.h */
             for (int64_t f = 0; f < x->count; f++)
                 memcpy(fz_tensor_flat(x, f), tmp + (size_t)f * isz, isz);
             free(tmp);
@@ -352,10 +382,12 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
 
     /* the model's status */
     todre_status want = TODRE_OK;
-    int act[BMAX] = {0};
+    int act[BMAX] = {0}, maybe_overflow = 0;
     if (layer < 0 || layer >= m->L || K > m->K)
         want = TODRE_ERR_INVALID_ARGUMENT;
     else if (qk && !(scale >= 0 && isfinite(scale)))
+        want = TODRE_ERR_INVALID_ARGUMENT;
+    else if (qk && scale > FLT_MAX) /* it would round to Inf in float32 */
         want = TODRE_ERR_INVALID_ARGUMENT;
     else if (m->pending_end[layer] > 0 && K - Q != m->pending_end[layer])
         want = TODRE_ERR_STATE;
@@ -376,7 +408,17 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
                         want = TODRE_ERR_NONFINITE;
             }
         }
+        /* finite q and k whose scores overflow float32: NONFINITE too */
+        for (int64_t b = 0; qk && b < B && want == TODRE_OK; b++) {
+            if (!act[b]) continue;
+            int ov = qk_overflow(m, &a, &kk, rank4, b, H, Hkv, Q, K, dh,
+                                 scale == 0 ? 1 / sqrt((double)dh) : scale, dt);
+            if (ov == 2) want = TODRE_ERR_NONFINITE;
+            if (ov == 1) maybe_overflow = 1;
+        }
     }
+    /* within rounding of FLT_MAX either outcome is right */
+    if (maybe_overflow && want == TODRE_OK && st == TODRE_ERR_NONFINITE) want = st;
     FZ_CHECK(st == want, "%s(layer %lld, H %lld, Q %lld, K %lld of %lld) returned %s (%s), the "
              "model says %s", what, (long long)layer, (long long)H, (long long)Q, (long long)K,
              (long long)m->K, todre_status_string(st), todre_last_error(), todre_status_string(want));

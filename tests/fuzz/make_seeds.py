@@ -40,7 +40,9 @@ def write(name, files):
     d = os.path.join(HERE, "corpus", name)
     os.makedirs(d, exist_ok=True)
     for f in os.listdir(d):
-        os.remove(os.path.join(d, f))
+        # finding-* are inputs that once found a bug: kept as regression seeds
+        if not f.startswith("finding-"):
+            os.remove(os.path.join(d, f))
     for i, data in enumerate(files):
         with open(os.path.join(d, "seed-%03d" % i), "wb") as fh:
             fh.write(data)
