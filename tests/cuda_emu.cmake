@@ -35,6 +35,10 @@
 #    shared memory); _nodevice with a driver that sees no GPU, _oldgpu with a
 #    compute capability 7.0 device (both: "cuda" registered, not available,
 #    with the reason).
+option(TODRE_CUDA_EMU "Build the CUDA emulator and its cuda_emu.* tests" ON)
+if(NOT TODRE_CUDA_EMU)
+  return()
+endif()
 include(CheckIncludeFile)
 find_package(Threads REQUIRED)
 check_include_file(ucontext.h TODRE_HAVE_UCONTEXT)

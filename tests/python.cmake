@@ -6,6 +6,7 @@
 #                    include/todre/todre.h (with this build's generated
 #                    include/todre/todre_version.h)
 #   python.hf      : todre.hf on tiny random LLaVA-NeXT / Qwen2.5-VL models (offline)
+# (tests/vllm needs vLLM's own environment: scripts/test_vllm.sh runs it.)
 #   python.device_emu : the package's device paths (module backend registry,
 #                    contexts, todre_context_copy, stage 2 on device arrays)
 #                    on the CUDA module built for the CPU emulator
@@ -31,7 +32,8 @@ endif()
 
 add_test(NAME python.package
   COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs
-          --ignore=${_todre_py_dir}/tests/hf ${_todre_py_dir}/tests
+          --ignore=${_todre_py_dir}/tests/hf --ignore=${_todre_py_dir}/tests/vllm
+          ${_todre_py_dir}/tests
   WORKING_DIRECTORY ${_todre_py_dir})
 add_test(NAME python.hf
   COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs ${_todre_py_dir}/tests/hf
