@@ -34,11 +34,16 @@
  *                    when the padded matrix fits the limit (the backend makes
  *                    the same check when choosing its kernel); cost
  *                    n^2 d / 2 * products / rate + 2 n d packed / pack rate.
- *                    0: no such unit (and no ROWS).
+ *                    0: no such unit; ROWS, when declared, is then made
+ *                    by FMA units from rows of any dtype (CPU below AMX):
+ *                    batches as below with ROWS_FMA_USED_FRACTION, one
+ *                    product per pair at ROWS_FMA_RATE_FACTOR *
+ *                    gram_fma_per_ns, + 2 n d esize / pack rate (rows
+ *                    packed as stored).
  *   pack_bytes_per_ns  conversion and packing before products (above).
  *   rows_batch       ROWS: rows made per batch (also the fast unit's
- *                    padding); ROWS needs rows_batch > 0, the fast unit and
- *                    a 16-bit dtype. Rows are made at the fast rate; about
+ *                    padding); ROWS needs rows_batch > 0 and either the
+ *                    fast unit and a 16-bit dtype, or no fast unit. Rows are made at the fast rate; about
  *                    10 of every 32 rows of a batch are used (measured 10 to
  *                    26 on clustered and Gaussian data, docs/bench_stage1.md,
  *                    taken low), so ROWS costs
@@ -72,6 +77,12 @@
 
 /* ROWS: rows of a batch that are used, per row made (10 of 32). */
 #define ROWS_USED_FRACTION (10.0 / 32.0)
+/* ROWS by FMA units (no fast unit): rows used per row made, in batches of
+ * 12 (measured about 0.75 on clustered data at k = 288 and 720, taken low),
+ * and their rate against gram_fma_per_ns (BLAS ssyrk): 32 against 42 GFMA
+ * per core-second on a 2-core Zen 3 (docs/benchmarks.md). */
+#define ROWS_FMA_USED_FRACTION 0.6
+#define ROWS_FMA_RATE_FACTOR 0.75
 
 static int has_strategy(const struct todre_backend_caps *caps, int strategy)
 {
@@ -124,6 +135,14 @@ static int gram_fast(const struct todre_backend *be, int64_t n, todre_dtype dt)
            np * np * sizeof(float) <= (double)be->params.workspace_limit;
 }
 
+/* Whether ROWS can make this set's rows: on the fast unit, or, on a
+ * backend that declares ROWS without one, by FMA units from rows of any
+ * dtype (CPU below AMX, src/cpu/select_rows.h), at gram_fma_per_ns. */
+static int rows_unit(const struct todre_backend *be, todre_dtype dt)
+{
+    return fast_unit(be, dt) || be->caps.gram_fast_fma_per_ns <= 0;
+}
+
 /* Rows the ROWS store holds within the limit (the batch output counts too),
  * at most n; 0 when ROWS cannot be planned. Each row is used at most once,
  * so the store needs only the rows made and not yet used: at least 2
@@ -131,7 +150,7 @@ static int gram_fast(const struct todre_backend *be, int64_t n, todre_dtype dt)
 static int64_t rows_store(const struct todre_backend *be, int64_t n, todre_dtype dt)
 {
     const struct todre_backend_caps *c = &be->caps;
-    if (!has_strategy(c, TODRE_STRATEGY_ROWS) || !fast_unit(be, dt) || c->rows_batch <= 0 ||
+    if (!has_strategy(c, TODRE_STRATEGY_ROWS) || !rows_unit(be, dt) || c->rows_batch <= 0 ||
         c->rows_row_bytes_per_n <= 0 || n > INT32_MAX)
         return 0;
     double row = padded(n, c->rows_batch) * (double)c->rows_row_bytes_per_n;
@@ -164,10 +183,15 @@ static int32_t cheapest(const struct todre_backend *be, int64_t n_, int64_t k_, 
         if (gram < best) best = gram, plan = TODRE_STRATEGY_GRAM;
     }
     if (store) {
-        double used = (double)c->rows_batch * ROWS_USED_FRACTION;
+        double used = (double)c->rows_batch *
+                      (fast_unit(be, dt) ? ROWS_USED_FRACTION : ROWS_FMA_USED_FRACTION);
         double batches = ceil((double)(k_ - 1) / used);
-        double rows = cost(batches * (double)c->rows_batch * n * d * prod, c->gram_fast_fma_per_ns) +
-                      cost(n * d * pack, c->pack_bytes_per_ns);
+        double rows = fast_unit(be, dt)
+            ? cost(batches * (double)c->rows_batch * n * d * prod, c->gram_fast_fma_per_ns) +
+                  cost(n * d * pack, c->pack_bytes_per_ns)
+            /* FMA units: one product per pair, rows packed as stored */
+            : cost(batches * (double)c->rows_batch * n * d, c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR) +
+                  cost(2 * n * d * esz, c->pack_bytes_per_ns);
         if (rows < best) plan = TODRE_STRATEGY_ROWS;
     }
     return plan;

@@ -3,13 +3,23 @@
 # (below) the valgrind runs and the ThreadSanitizer environment.
 #
 #  - unit.threads       tests/unit/test_threads.c (8 threads, own contexts)
-#  - unit.alloc_fail    tests/unit/test_alloc_fail.c with the interposed
+#  - unit.alloc_fail    tests/robust/test_alloc_fail.c with the interposed
 #                       allocator of tests/robust/alloc_interpose.c
-#  - unit.memory_bound  tests/unit/test_memory_bound.c (peak RSS); skips
-#                       itself (77) in sanitizer builds, whose shadow memory
-#                       and quarantine make RSS figures meaningless
+#  - unit.memory_bound  tests/robust/test_memory_bound.c (peak RSS)
 #  - valgrind.*         memcheck on the examples and the CLI (when valgrind
 #                       is found)
+#
+# The last two programs live here, not in tests/unit (whose every test_*.c
+# is registered in every build), because some builds cannot run them and a
+# test may skip only for absent hardware: such builds do not register them.
+#  - unit.memory_bound: not in sanitizer builds (shadow memory and quarantine
+#    make resident-set figures meaningless). It runs in the Release (gcc) and
+#    clang builds of scripts/test.sh.
+#  - unit.alloc_fail: not where clang links its sanitizer runtime statically
+#    (its default), whose allocator a definition in the program cannot
+#    replace. It runs in the Release and clang builds, and in the gcc ASan
+#    build (shared runtime, which the interposer forwards to), where
+#    LeakSanitizer checks again.
 set(TODRE_ROBUST_DIR ${CMAKE_CURRENT_SOURCE_DIR}/robust)
 
 add_library(todre_robust_util STATIC ${TODRE_ROBUST_DIR}/robust_util.c)
@@ -25,37 +35,45 @@ set_target_properties(todre_robustfake PROPERTIES PREFIX "lib" OUTPUT_NAME "todr
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/robust C_VISIBILITY_PRESET hidden)
 
 # A sanitizer runtime linked statically into the program (clang's default)
-# defines malloc & co. itself; the interposer then cannot take over and the
-# test skips (exit 77). GCC links its runtimes as shared libraries, which the
-# interposer forwards to (dlsym RTLD_NEXT), so LeakSanitizer still sees every
-# block.
+# defines malloc & co. itself, so the interposer cannot take over. GCC links
+# its runtimes as shared libraries, which the interposer forwards to (dlsym
+# RTLD_NEXT), so LeakSanitizer still sees every block.
 set(TODRE_ROBUST_STATIC_SANITIZER OFF)
 if(TODRE_SANITIZE AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND
    NOT CMAKE_EXE_LINKER_FLAGS MATCHES "shared-libsan")
   set(TODRE_ROBUST_STATIC_SANITIZER ON)
 endif()
 
-if(TARGET test_alloc_fail)
-  if(TODRE_ROBUST_STATIC_SANITIZER)
-    target_sources(test_alloc_fail PRIVATE ${TODRE_ROBUST_DIR}/alloc_interpose_stub.c)
-  else()
-    target_sources(test_alloc_fail PRIVATE ${TODRE_ROBUST_DIR}/alloc_interpose.c)
-    # the allocator runs before a shared sanitizer runtime has its shadow
-    # memory: never instrument it
-    if(TODRE_SANITIZE)
-      set_source_files_properties(${TODRE_ROBUST_DIR}/alloc_interpose.c PROPERTIES
-                                  COMPILE_OPTIONS "-fno-sanitize=all")
-    endif()
+# A unit test from this directory, built and registered like tests/unit's.
+function(todre_robust_unit feature)
+  add_executable(test_${feature} ${TODRE_ROBUST_DIR}/test_${feature}.c ${ARGN})
+  target_include_directories(test_${feature} PRIVATE ${PROJECT_SOURCE_DIR}/src
+                             ${CMAKE_CURRENT_SOURCE_DIR}/common)
+  target_link_libraries(test_${feature} PRIVATE todre PkgConfig::CMOCKA m todre_robust_util
+                        Threads::Threads)
+  if(TARGET todre_testcommon)
+    target_link_libraries(test_${feature} PRIVATE todre_testcommon)
   endif()
-  target_link_libraries(test_alloc_fail PRIVATE todre_robust_util ${CMAKE_DL_LIBS} Threads::Threads)
+  add_test(NAME unit.${feature} COMMAND test_${feature})
+  set_tests_properties(unit.${feature} PROPERTIES ENVIRONMENT "${TODRE_TEST_ENV}" TIMEOUT 600)
+endfunction()
+
+if(NOT TODRE_ROBUST_STATIC_SANITIZER)
+  todre_robust_unit(alloc_fail ${TODRE_ROBUST_DIR}/alloc_interpose.c)
+  # the allocator runs before a shared sanitizer runtime has its shadow
+  # memory: never instrument it
+  if(TODRE_SANITIZE)
+    set_source_files_properties(${TODRE_ROBUST_DIR}/alloc_interpose.c PROPERTIES
+                                COMPILE_OPTIONS "-fno-sanitize=all")
+  endif()
+  target_link_libraries(test_alloc_fail PRIVATE ${CMAKE_DL_LIBS})
   add_dependencies(test_alloc_fail todre_robustfake)
 endif()
-foreach(t test_threads test_memory_bound)
-  if(TARGET ${t})
-    target_link_libraries(${t} PRIVATE todre_robust_util Threads::Threads)
-  endif()
-endforeach()
+if(NOT TODRE_SANITIZE)
+  todre_robust_unit(memory_bound)
+endif()
 if(TARGET test_threads)
+  target_link_libraries(test_threads PRIVATE todre_robust_util Threads::Threads)
   add_dependencies(test_threads todre_robustfake)
 endif()
 

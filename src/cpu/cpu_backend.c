@@ -11,6 +11,7 @@
 
 #include "cpu_internal.h"
 #include "select_amx.h"
+#include "select_rows.h"
 
 /* ---- capabilities --------------------------------------------------------- */
 
@@ -42,6 +43,14 @@ static void cpu_caps(struct todre_backend_caps *caps)
         caps->strategies |= 1u << TODRE_STRATEGY_ROWS;
         caps->gram_fast_fma_per_ns = CPU_AMX_FMA_PER_NS;
         caps->rows_batch = TODRE_SEL_AMX_BATCH;
+        caps->rows_row_bytes_per_n = (int64_t)sizeof(float);
+    } else if (todre_cpu_isa() >= TODRE_CPU_ISA_AVX2) {
+        /* AVX2 / AVX-512: the FMA kernels (select_rows.h) make rows of any dtype,
+         * TODRE_SEL_ROWS_BATCH at a time, at about the BLAS rate: ROWS
+         * without a fast unit, costed at gram_fma_per_ns. Not on the generic
+         * level: its portable kernel is slower than BLAS's GRAM there */
+        caps->strategies |= 1u << TODRE_STRATEGY_ROWS;
+        caps->rows_batch = TODRE_SEL_ROWS_BATCH;
         caps->rows_row_bytes_per_n = (int64_t)sizeof(float);
     }
 }

@@ -30,7 +30,9 @@ int64_t todre_sel_argbest(const double *v, const uint8_t *taken, int64_t n, int 
     for (int64_t i = 0; i < n; i++) {
         if (taken && taken[i]) continue;
         double x = sign * v[i];
-        if (best < 0 || x < bv) { /* strict: the lowest index keeps a tie */
+        /* strict: the lowest index keeps a tie; NaN comes after every
+         * number (select_greedy.c, fold()) */
+        if (best < 0 || (bv != bv ? x == x : x < bv)) {
             best = i;
             bv = x;
         }
@@ -94,7 +96,7 @@ static todre_status check_finite(const struct todre_select_job *job, int64_t N, 
  * outputs of all sets (selection and position order, K = sum of the k),
  * written to the caller's arrays only once every set has succeeded. */
 struct layout {
-    size_t scale, acc, near, pairs, dots, taken, sel, w, mu, res_sel, res_pos, total;
+    size_t scale, acc, near, pairs, rep, taken, sel, w, mu, res_sel, res_pos, total;
 };
 
 static struct layout plan(int64_t N, int64_t nmax, int64_t d, int64_t K)
@@ -105,7 +107,7 @@ static struct layout plan(int64_t N, int64_t nmax, int64_t d, int64_t K)
     L.acc = o;   o = ALIGN64(o + (size_t)nmax * 8);
     L.near = o;  o = ALIGN64(o + (size_t)nmax * 8);
     L.pairs = o; o = ALIGN64(o + (size_t)nmax * 16);
-    L.dots = o;  o = ALIGN64(o + (size_t)nmax * 4);
+    L.rep = o;   o = ALIGN64(o + (size_t)nmax * 8);
     L.taken = o; o = ALIGN64(o + (size_t)nmax);
     L.sel = o;   o = ALIGN64(o + (size_t)nmax * 8);
     L.w = o;     o = ALIGN64(o + (size_t)d * 4);
@@ -165,7 +167,7 @@ static void stage_outputs(const struct todre_select_job *job, int64_t b, const i
 }
 
 /* The plan as this set can run it. The core chose it from the capabilities
- * (ROWS only with AMX, a store of at least one batch); a plan outside them is
+ * (ROWS with AMX or the FMA kernels, a store of at least one batch); a plan outside them is
  * a bug. One case only the data reveals: a set whose rows had to be copied
  * to fp32 (guard_range) has no AMX path left, and a ROWS plan then runs as
  * GEMV, the strategy that needs no memory beyond O(n * d) (docs/semantics.md:
@@ -174,14 +176,29 @@ static todre_status follow_plan(struct todre_sel_seg *s, struct todre_select_pla
                                 struct todre_diag *diag)
 {
     switch (plan->strategy) {
-    case TODRE_STRATEGY_GEMV:
-    case TODRE_STRATEGY_GRAM: return TODRE_OK;
+    case TODRE_STRATEGY_GEMV: return TODRE_OK;
+    case TODRE_STRATEGY_GRAM:
+        /* the planner counted the matrix alone: where BLAS's buffers and the
+         * widened 16-bit tiles do not fit beside it, GEMV keeps the call
+         * within the limit (todre_sel_gram_fits) */
+        if (!todre_sel_gram_fits(s)) plan->strategy = TODRE_STRATEGY_GEMV;
+        return TODRE_OK;
     case TODRE_STRATEGY_ROWS: {
         int64_t need = s->n < TODRE_SEL_AMX_BATCH ? s->n : TODRE_SEL_AMX_BATCH;
-        if (!todre_sel_amx_usable(s->job->emb_dtype) || plan->store_rows < need ||
+        int amx = todre_sel_amx_usable(s->job->emb_dtype);
+        if (!(amx || todre_sel_rows_fma_usable()) || plan->store_rows < need ||
             plan->store_rows > s->n || s->n > INT32_MAX)
             break;
-        if (!todre_sel_amx_usable(s->dtype)) plan->strategy = TODRE_STRATEGY_GEMV;
+        if (amx) {
+            if (!todre_sel_amx_usable(s->dtype)) plan->strategy = TODRE_STRATEGY_GEMV;
+            return TODRE_OK;
+        }
+        /* FMA kernels (select_rows.h): the packed rows share the limit with
+         * the store, which may shrink; the guard's copy (slot B) leaves them
+         * no room, so such a set runs as GEMV */
+        int64_t slots = s->f32 ? 0 : todre_sel_rows_fma_slots(s, plan->store_rows);
+        if (slots) plan->store_rows = slots;
+        else plan->strategy = TODRE_STRATEGY_GEMV, plan->store_rows = 0;
         return TODRE_OK;
     }
     default: break;
@@ -234,13 +251,16 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
             .rows = todre_sel_row(job->emb, job->emb_dtype, job->emb_row_stride, r0),
             .dtype = job->emb_dtype, .stride = job->emb_row_stride,
             .kern = todre_sel_kernels_for(job->emb_dtype), .scale = scale + r0,
-            .acc = (double *)(ws + L.acc), .dots = (float *)(ws + L.dots),
+            .acc = (double *)(ws + L.acc), .rep_buf = (int64_t *)(ws + L.rep),
             .taken = (uint8_t *)(ws + L.taken), .w = (float *)(ws + L.w),
             .mu = (double *)(ws + L.mu), .near = (double *)(ws + L.near),
             .pairs = ws + L.pairs, .be = be, .job = job, .plan = &plan, .nthreads = nt,
         };
         int64_t *sel = (int64_t *)(ws + L.sel);
         if (job->objective != TODRE_OBJECTIVE_CLS_TOPK) {
+            /* products from BLAS / AMX: copies read through their first */
+            if (plan.strategy != TODRE_STRATEGY_GEMV || job->pivot == TODRE_PIVOT_ISOLATED)
+                todre_sel_find_copies(&s);
             st = guard_range(&s, scale + r0);
             if (st == TODRE_OK) st = follow_plan(&s, &plan, diag);
         }

@@ -1,7 +1,15 @@
 /* Products of all pairs of rows: the Gram matrix (GRAM strategy, ISOLATED
  * pivot) on AMX for f16 / bf16 where the CPU has it (select_amx.c), else
  * through BLAS on fp32 rows; and, when the matrix does not fit the
- * workspace limit, row blocks of it for the ISOLATED pivot (BLAS). */
+ * workspace limit, tiles of it for the ISOLATED pivot (BLAS).
+ *
+ * Memory: fp32 rows are read in place. f16 / bf16 rows are widened to fp32
+ * tile by tile, into buffers that share the workspace limit with the matrix
+ * or the tiles (at least MIN_TILE rows each: 2 MIN_TILE d 4 bytes when the
+ * limit leaves less), never as a whole O(n d) copy (docs/api.md,
+ * TODRE_CONTEXT_WORKSPACE_LIMIT). Tiles also leave BLAS_RESERVE of the
+ * limit to OpenBLAS, which packs panels of both operands into its own
+ * buffers (measured: about 3 MiB touched with 2 threads at d = 4096). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,34 +20,48 @@
 #include "select_internal.h"
 
 #define MIRROR_BLOCK 64
-#define MIN_NEAREST_BLOCK 64
+#define MIN_TILE 64
+#define BLAS_RESERVE ((double)(4 << 20))
 
 /* BLAS calls run with OpenBLAS's own thread count: a context's
  * TODRE_CONTEXT_NUM_THREADS bounds only the OpenMP regions here (num_threads
  * clauses), never a process-wide setting that other contexts would see. */
 
-todre_status todre_sel_f32_view(struct todre_sel_seg *s, struct todre_diag *diag)
+/* Rows [r0, r1) as fp32 (leading dimension in *ld): the rows themselves
+ * when they are fp32, else widened (exactly) into buf. */
+static const float *rows_f32(const struct todre_sel_seg *s, int64_t r0, int64_t r1, float *buf,
+                             int64_t *ld)
 {
-    if (s->f32) return TODRE_OK;
     if (s->dtype == TODRE_DTYPE_F32) {
-        s->f32 = s->rows;
-        s->f32_ld = s->stride;
-        return TODRE_OK;
-    }
-    float *copy = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B,
-                                      (size_t)s->n * (size_t)s->d * sizeof(float));
-    if (!copy) {
-        snprintf(diag->buf, diag->cap, "workspace: cannot allocate an fp32 copy of %lld x %lld",
-                 (long long)s->n, (long long)s->d);
-        return TODRE_ERR_OUT_OF_MEMORY;
+        *ld = s->stride;
+        return (const float *)s->rows + r0 * s->stride;
     }
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (int64_t i = 0; i < s->n; i++)
+    for (int64_t i = r0; i < r1; i++)
         s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, i), s->d, 1.0f,
-                       copy + i * s->d);
-    s->f32 = copy;
-    s->f32_ld = s->d;
-    return TODRE_OK;
+                       buf + (i - r0) * s->d);
+    *ld = s->d;
+    return buf;
+}
+
+/* Bytes of one widened row (0 when rows are read in place). */
+static double widened_row_bytes(const struct todre_sel_seg *s)
+{
+    return s->dtype == TODRE_DTYPE_F32 ? 0.0 : (double)s->d * sizeof(float);
+}
+
+/* The workspace limit less what BLAS's own buffers may take (at most a
+ * quarter of the limit). */
+static double tile_budget(const struct todre_sel_seg *s)
+{
+    double limit = (double)s->be->base.params.workspace_limit;
+    return limit - (limit / 4 < BLAS_RESERVE ? limit / 4 : BLAS_RESERVE);
+}
+
+static int64_t clamp_tile(double t, int64_t max)
+{
+    int64_t r = t < (double)MIN_TILE ? MIN_TILE : t > (double)max ? max : (int64_t)t;
+    return r < 1 ? 1 : r;
 }
 
 /* AMX computes into a matrix padded to multiples of 32 rows: it is used for
@@ -93,6 +115,8 @@ static float *gram_amx(struct todre_sel_seg *s, todre_status *st, struct todre_d
 todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
                                  struct todre_diag *diag)
 {
+    /* below AMX (or a set without an AMX path): the FMA kernels */
+    if (!todre_sel_amx_usable(s->dtype)) return todre_sel_rows_fma_init(s, r, diag);
     struct todre_sel_amx_pack p = {.npad = todre_sel_amx_pad(s->n),
                                    .dpad = todre_sel_amx_pad(s->d),
                                    .split = s->dtype == TODRE_DTYPE_F16};
@@ -155,6 +179,10 @@ static int32_t take_slot(const struct todre_sel_seg *s, struct todre_sel_rows *r
 void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, const int64_t *ids,
                           int count, int sign)
 {
+    if (!todre_sel_amx_usable(s->dtype)) {
+        todre_sel_rows_fma_batch(s, r, ids, count, sign);
+        return;
+    }
     const struct todre_sel_amx_pack *p = &r->amx;
     int64_t all[TODRE_SEL_AMX_BATCH];
     int32_t at[TODRE_SEL_AMX_BATCH];
@@ -192,42 +220,70 @@ static void mirror_upper(float *g, int64_t n, int nt)
     }
 }
 
+int todre_sel_gram_fits(const struct todre_sel_seg *s)
+{
+    if (use_amx(s)) return 1;
+    double n = (double)s->n, row = widened_row_bytes(s);
+    double left = tile_budget(s) - n * n * sizeof(float);
+    double tiles = row == 0 ? 0 : row * (n < 2 * MIN_TILE ? n : 2 * MIN_TILE);
+    return left >= tiles;
+}
+
 const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag)
 {
     *st = TODRE_OK;
     if (use_amx(s)) {
         return gram_amx(s, st, diag); /* both triangles already */
     }
-    *st = todre_sel_f32_view(s, diag);
-    if (*st != TODRE_OK) return NULL;
-    int64_t n = s->n;
+    int64_t n = s->n, d = s->d;
+    /* row tiles of T rows: each widened once as A, and as B for the tiles
+     * left of the diagonal; two T x d buffers within what the limit leaves
+     * beside the matrix (one tile of all rows when they fit) */
+    double row = widened_row_bytes(s);
+    double left = tile_budget(s) - (double)n * (double)n * sizeof(float);
+    int64_t T = row == 0 ? n : row * (double)n <= left ? n : clamp_tile(left / (2 * row), n);
+    size_t bufs = row == 0 ? 0 : (size_t)(T < n ? 2 : 1) * (size_t)T * (size_t)d * sizeof(float);
     float *g = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
                                    (size_t)n * (size_t)n * sizeof(float));
-    if (!g) {
+    float *buf = bufs ? todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, bufs) : NULL;
+    if (!g || (bufs && !buf)) {
         snprintf(diag->buf, diag->cap, "workspace: cannot allocate a %lld x %lld Gram matrix",
                  (long long)n, (long long)n);
         *st = TODRE_ERR_OUT_OF_MEMORY;
         return NULL;
     }
-    cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (blasint)n, (blasint)s->d, 1.0f,
-                s->f32, (blasint)s->f32_ld, 0.0f, g, (blasint)n);
+    for (int64_t i0 = 0; i0 < n; i0 += T) {
+        int64_t i1 = i0 + T < n ? i0 + T : n, lda, ldb;
+        const float *a = rows_f32(s, i0, i1, buf, &lda);
+        cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, (blasint)(i1 - i0), (blasint)d,
+                    1.0f, a, (blasint)lda, 0.0f, g + i0 * n + i0, (blasint)n);
+        for (int64_t j0 = i1; j0 < n; j0 += T) {
+            int64_t j1 = j0 + T < n ? j0 + T : n;
+            const float *b = rows_f32(s, j0, j1, buf ? buf + (size_t)T * (size_t)d : NULL, &ldb);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(i1 - i0),
+                        (blasint)(j1 - j0), (blasint)d, 1.0f, a, (blasint)lda, b, (blasint)ldb,
+                        0.0f, g + i0 * n + j0, (blasint)n);
+        }
+    }
     mirror_upper(g, n, s->nthreads);
     return g;
 }
 
-/* near[v - lo] for the rows v0..v1 of one block, from their products with
- * all n rows (blk row i is row v0 + i). */
-static void nearest_rows(const struct todre_sel_seg *s, const float *blk, int64_t ld,
-                         int64_t v0, int64_t v1, double *near, int64_t lo)
+/* near[v - lo] = max(near[v - lo], s(v, u)) for the rows v0..v1 of a tile
+ * and its columns u0..u1 (tile row i is row v0 + i, ld elements). fmaxf's
+ * rule: a NaN similarity is ignored, and NaN stays only while no number
+ * has been seen. */
+static void nearest_tile(const struct todre_sel_seg *s, const float *blk, int64_t ld,
+                         int64_t v0, int64_t v1, int64_t u0, int64_t u1, double *near, int64_t lo)
 {
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
     for (int64_t v = v0; v < v1; v++) {
-        const float *g = blk + (v - v0) * ld;
-        double best = -INFINITY, sv = s->scale[v];
-        for (int64_t u = 0; u < s->n; u++) {
+        const float *g = blk + (v - v0) * ld - u0;
+        double best = near[v - lo], sv = s->scale[v];
+        for (int64_t u = u0; u < u1; u++) {
             if (u == v) continue;
             double sim = (double)g[u] * (sv * s->scale[u]); /* symmetric in (u, v) */
-            if (sim > best) best = sim;
+            if (sim > best || best != best) best = sim;
         }
         near[v - lo] = best;
     }
@@ -236,30 +292,47 @@ static void nearest_rows(const struct todre_sel_seg *s, const float *blk, int64_
 todre_status todre_sel_nearest(struct todre_sel_seg *s, const float *gram, int64_t lo,
                                int64_t hi, double *near, struct todre_diag *diag)
 {
-    int64_t n = s->n;
+    int64_t n = s->n, d = s->d;
+    for (int64_t v = lo; v < hi; v++) near[v - lo] = NAN;
     if (gram) {
-        nearest_rows(s, gram + lo * n, n, lo, hi, near, lo);
+        nearest_tile(s, gram + lo * n, n, lo, hi, 0, n, near, lo);
+        todre_sel_same_near(s, lo, hi, near);
         return TODRE_OK;
     }
-    todre_status st = todre_sel_f32_view(s, diag);
-    if (st != TODRE_OK) return st;
-    /* the block buffer is the only O(n * rows) memory: rows from the limit */
-    int64_t rows = (int64_t)(s->be->base.params.workspace_limit / ((double)n * sizeof(float)));
-    if (rows < MIN_NEAREST_BLOCK) rows = MIN_NEAREST_BLOCK;
-    if (rows > hi - lo) rows = hi - lo;
-    float *blk = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
-                                     (size_t)rows * (size_t)n * sizeof(float));
-    if (!blk) {
+    /* R x C tiles of products within the limit: fp32 rows in place, R rows
+     * of all n columns (as many R as the limit allows); 16-bit rows square
+     * tiles, R = C, with the two widened tiles counted:
+     * 4 R^2 + 2 R d 4 <= limit */
+    double limit = tile_budget(s), row = widened_row_bytes(s);
+    int64_t R, C;
+    if (row == 0) {
+        R = clamp_tile(limit / ((double)n * sizeof(float)), hi - lo);
+        C = n;
+    } else {
+        double b = 2 * row / sizeof(float);
+        R = C = clamp_tile((-b + sqrt(b * b + 4 * limit / sizeof(float))) / 2, n);
+    }
+    size_t tile = (size_t)R * (size_t)C * sizeof(float);
+    size_t bufs = row == 0 ? 0 : (size_t)(R + C) * (size_t)d * sizeof(float);
+    float *blk = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, tile);
+    float *buf = bufs ? todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, bufs) : NULL;
+    if (!blk || (bufs && !buf)) {
         snprintf(diag->buf, diag->cap, "workspace: cannot allocate %lld x %lld products",
-                 (long long)rows, (long long)n);
+                 (long long)R, (long long)C);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
-    for (int64_t v0 = lo; v0 < hi; v0 += rows) {
-        int64_t v1 = v0 + rows < hi ? v0 + rows : hi;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(v1 - v0), (blasint)n,
-                    (blasint)s->d, 1.0f, s->f32 + v0 * s->f32_ld, (blasint)s->f32_ld, s->f32,
-                    (blasint)s->f32_ld, 0.0f, blk, (blasint)n);
-        nearest_rows(s, blk, n, v0, v1, near, lo);
+    for (int64_t v0 = lo; v0 < hi; v0 += R) {
+        int64_t v1 = v0 + R < hi ? v0 + R : hi, lda, ldb;
+        const float *a = rows_f32(s, v0, v1, buf, &lda);
+        for (int64_t u0 = 0; u0 < n; u0 += C) {
+            int64_t u1 = u0 + C < n ? u0 + C : n;
+            const float *b = rows_f32(s, u0, u1, buf ? buf + (size_t)R * (size_t)d : NULL, &ldb);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)(v1 - v0),
+                        (blasint)(u1 - u0), (blasint)d, 1.0f, a, (blasint)lda, b, (blasint)ldb,
+                        0.0f, blk, (blasint)(u1 - u0));
+            nearest_tile(s, blk, u1 - u0, v0, v1, u0, u1, near, lo);
+        }
     }
+    todre_sel_same_near(s, lo, hi, near);
     return TODRE_OK;
 }

@@ -21,12 +21,18 @@
 #include "select_internal.h"
 
 /* acc[v] <- acc[v] + s(v, c) (MAX_SUM) or min(acc[v], 1 - s(v, c)) (MAX_MIN)
- * for every untaken v. */
+ * for every untaken v. A NaN similarity cannot come from accepted input
+ * (non-finite rows are refused, rows whose raw products would leave the
+ * fp32 range are read normalised: select.c), but if one did it would stay
+ * in the value (a sum with NaN is NaN; the min keeps it too) rather than be
+ * dropped, and todre_sel_argbest takes NaN values last: the CUDA module's
+ * rule (docs/cuda.md). A min that skipped it would leave D_v = +inf and take
+ * a row with no valid similarity first. */
 static inline void fold(double *acc, int64_t v, double sim, int maxmin)
 {
     if (maxmin) {
         double dist = 1.0 - sim;
-        if (dist < acc[v]) acc[v] = dist;
+        if (dist < acc[v] || dist != dist) acc[v] = dist;
     } else {
         acc[v] += sim;
     }
@@ -46,10 +52,18 @@ static void update_gemv(struct todre_sel_seg *s, int64_t c, int maxmin)
     }
 }
 
-/* From row c of the raw dots, g[v] = dot(e_c, e_v). */
+/* From row c of the raw dots, g[v] = dot(e_c, e_v), made by BLAS or AMX:
+ * read through each row's first copy (s->rep), so that copies get the same
+ * value whatever their place in the kernel's blocks (select_copies.c). */
 static void update_row(struct todre_sel_seg *s, const float *g, int64_t c, int maxmin)
 {
     double sc = s->scale[c];
+    const int64_t *rep = s->rep;
+    if (rep) {
+        for (int64_t v = 0; v < s->n; v++)
+            if (!s->taken[v]) fold(s->acc, v, (double)g[rep[v]] * (s->scale[v] * sc), maxmin);
+        return;
+    }
     for (int64_t v = 0; v < s->n; v++)
         if (!s->taken[v]) fold(s->acc, v, (double)g[v] * (s->scale[v] * sc), maxmin);
 }
@@ -61,7 +75,7 @@ static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_
     int64_t ids[TODRE_SEL_AMX_BATCH];
     double val[TODRE_SEL_AMX_BATCH];
     int m = 0;
-    const int cap = TODRE_SEL_AMX_BATCH - 1;
+    const int cap = (int)s->be->base.caps.rows_batch - 1; /* <= TODRE_SEL_AMX_BATCH - 1 */
     for (int64_t v = 0; v < s->n; v++) {
         if (s->taken[v] || r->slot[v] >= 0) continue;
         double x = sign * s->acc[v];

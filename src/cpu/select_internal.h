@@ -15,6 +15,7 @@
 #include "cpu_internal.h"
 #include "select_amx.h"
 #include "select_kernels.h"
+#include "select_rows.h"
 
 #define TODRE_SEL_SAFE_LO 1e-30
 #define TODRE_SEL_SAFE_HI 1e30
@@ -32,13 +33,17 @@ struct todre_sel_seg {
     const struct todre_sel_kernels *kern;
     const double *scale; /* [n]: the r_v that turn dots of `rows` into cosines */
 
-    /* The same rows as fp32 for BLAS, made on demand (todre_sel_f32_view). */
+    /* The normalised fp32 copy when guard_range made one (select.c), else NULL. */
     const float *f32;
     int64_t f32_ld;
 
     /* Scratch (slot A), sized for this set. */
     double *acc;    /* [n] cumulative similarity / distance */
-    float *dots;    /* [n] */
+    int64_t *rep_buf; /* [n] scratch for rep */
+    /* rep[v]: the lowest row with the same values as row v (v itself when
+     * none); NULL when the set has no copies or they need not be known
+     * (todre_sel_find_copies, select_copies.c) */
+    const int64_t *rep;
     uint8_t *taken; /* [n] 1 = selected */
     float *w;       /* [d] the fp32 vector of a GEMV */
     double *mu;     /* [d] */
@@ -68,9 +73,6 @@ todre_status todre_sel_cls_topk(struct todre_sel_seg *s, int64_t *sel, struct to
 
 /* ---- Gram matrices and fp32 views (select_gram.c) ----------------------- */
 
-/* Make s->f32 (the rows as fp32, exact widening) when not already there. */
-todre_status todre_sel_f32_view(struct todre_sel_seg *s, struct todre_diag *diag);
-
 /* The full (both triangles) n x n matrix of raw dots of s->rows (slot C),
  * or NULL with the status set. */
 const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag);
@@ -87,6 +89,7 @@ struct todre_sel_rows {
     int32_t *owner; /* [slots] token of a slot, -1 = free */
     int32_t *free;  /* [slots] stack of free slots, nfree of them */
     struct todre_sel_amx_pack amx; /* all rows as B tiles, a batch as A tiles */
+    struct todre_sel_rows_fma fma; /* below AMX: rows as panels, a batch in fp32 */
 };
 
 /* Pack all rows as B tiles once, empty store of s->plan->store_rows rows
@@ -104,10 +107,32 @@ void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, con
 /* Free the slot of stored row c once it has been used. */
 void todre_sel_rows_drop(struct todre_sel_rows *r, int64_t c);
 
+/* Whether the Gram matrix of a GRAM plan and its scratch (the widened
+ * tiles of 16-bit rows, BLAS's own buffers) fit the workspace limit. The
+ * planner counts only the matrix (src/select_plan.c); a set for which this
+ * fails runs as GEMV (select.c, follow_plan). */
+int todre_sel_gram_fits(const struct todre_sel_seg *s);
+
 /* near[v - lo] = max over u != v of s(v, u) for v in [lo, hi), from @p gram
- * when given, else by blocked products whose buffer respects the limit. */
+ * when given, else by tiles of products within the workspace limit (16-bit
+ * rows widened tile by tile, never as a whole); copies get their first
+ * copy's value (s->rep). A NaN similarity is ignored like fmaxf does; a row
+ * with none that is a number gets NaN, which todre_sel_argbest takes last. */
 todre_status todre_sel_nearest(struct todre_sel_seg *s, const float *gram, int64_t lo,
                                int64_t hi, double *near, struct todre_diag *diag);
+
+/* ---- identical rows (select_copies.c) ------------------------------------ */
+
+/* Find the rows of the set that repeat an earlier row (s->rep; uses
+ * s->pairs as scratch). Called before any product is taken from BLAS or AMX
+ * (GRAM, ROWS, the ISOLATED pivot), whose rounding depends on a row's place
+ * in a block: products are then read through rep, so that copies score
+ * bitwise the same and the tie rule keeps the lowest index. */
+void todre_sel_find_copies(struct todre_sel_seg *s);
+
+/* near[v - lo] <- near of the first copy of row v in [lo, hi) (uses s->pairs
+ * as scratch). */
+void todre_sel_same_near(const struct todre_sel_seg *s, int64_t lo, int64_t hi, double *near);
 
 /* ---- helpers (select.c) --------------------------------------------------- */
 
@@ -115,7 +140,8 @@ todre_status todre_sel_nearest(struct todre_sel_seg *s, const float *gram, int64
 float todre_sel_cls(const struct todre_sel_seg *s, int64_t i);
 
 /* argmin (sign = +1) or argmax (sign = -1) of v[0..n) over rows with
- * taken[i] == 0 (taken may be NULL); lowest index wins ties; -1 if none. */
+ * taken[i] == 0 (taken may be NULL); lowest index wins ties; NaN values
+ * come last (the lowest NaN when all are NaN); -1 if none. */
 int64_t todre_sel_argbest(const double *v, const uint8_t *taken, int64_t n, int sign);
 
 #endif /* TODRE_SRC_CPU_SELECT_INTERNAL_H */

@@ -264,12 +264,10 @@ FZ_NOCOV static void check_trajectory(const struct input *I, const struct cfgv *
         FZ_CHECK(score[p] >= best - 4 * tol_s,
                  "pivot %lld (mode %lld) scores %.9g, the best in range scores %.9g", (long long)p,
                  (long long)pivot, score[p], best);
-        /* exact ties between identical rows: only where the library computes
-         * each row's score with its own kernel (CENTER / FARTHEST: one dot
-         * product per row). ISOLATED and the GRAM / ROWS strategies take
-         * products from BLAS or AMX tiles, whose rounding may differ between
-         * identical rows at different positions ("up to near-ties"). */
-        for (int64_t u = lo; u < p && pivot != TODRE_PIVOT_ISOLATED; u++)
+        /* exact ties between identical rows, for every pivot and strategy:
+         * copies of a row score bitwise the same (products from BLAS or AMX
+         * are read through each row's first copy, src/cpu/select_copies.c) */
+        for (int64_t u = lo; u < p; u++)
             FZ_CHECK(!same_rows(I, row0 + u, row0 + p),
                      "pivot %lld (mode %lld): row %lld is identical and lower (ties: the lowest "
                      "index)", (long long)p, (long long)pivot, (long long)u);
@@ -293,7 +291,7 @@ FZ_NOCOV static void check_trajectory(const struct input *I, const struct cfgv *
         else
             FZ_CHECK(S[c] <= best + tol, "MAX_SUM step %lld took %lld (score %.9g), best %.9g",
                      (long long)t, (long long)c, S[c], best);
-        for (int64_t u = 0; u < c && v->strategy == 1; u++) /* per-step products */
+        for (int64_t u = 0; u < c; u++)
             FZ_CHECK(inC[u] || !same_rows(I, row0 + u, row0 + c),
                      "step %lld took %lld, but row %lld is identical, lower and not taken (ties: "
                      "the lowest index)", (long long)t, (long long)c, (long long)u);

@@ -1,0 +1,381 @@
+/* Gram rows made on demand by FMA units (see select_rows.h): packing, the
+ * micro-kernels per ISA level, and the row store of the ROWS strategy.
+ *
+ * Blocking (per batch): the packed rows are read once, K block by K block;
+ * a thread owns a range of column panels. For one K block the batch's fp32
+ * block (TODRE_SEL_ROWS_AROWS x KC, 18 KiB) stays in L1 and is reused by
+ * every panel, a panel's block (NR x KC) is reused by the MR-row groups
+ * while in L1, and the batch's output (32 x n fp32) stays in L2 (half of it
+ * per thread at n = 2880). Micro-kernel MR x NR = 6 x 16: 12 accumulators
+ * of 8 lanes on AVX2 (enough independent chains to hide the FMA latency),
+ * 2 panel loads and 6 broadcasts per 12 FMAs. */
+#include "select_rows.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "../half.h"
+#include "select_internal.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TODRE_ROWS_X86 1
+#include <immintrin.h>
+#endif
+
+#define NR TODRE_SEL_ROWS_NR
+#define KC TODRE_SEL_ROWS_KC
+#define MR TODRE_SEL_ROWS_MR
+#define AROWS TODRE_SEL_ROWS_AROWS
+#define GROUPS (AROWS / MR)
+
+_Static_assert(AROWS % MR == 0 && AROWS >= TODRE_SEL_AMX_BATCH, "batch rows in MR groups");
+
+/* Not on the generic level: there the portable kernel (kept for the
+ * dispatch's completeness) is slower than BLAS's GRAM, which the planner
+ * takes instead (cpu_backend.c declares no ROWS). */
+int todre_sel_rows_fma_usable(void)
+{
+    enum todre_cpu_isa isa = todre_cpu_isa();
+    return isa >= TODRE_CPU_ISA_AVX2 && isa < TODRE_CPU_ISA_AMX;
+}
+
+static int64_t esize(todre_dtype dt) { return dt == TODRE_DTYPE_F32 ? 4 : 2; }
+
+static int64_t pad_nr(int64_t n) { return (n + NR - 1) / NR * NR; }
+
+static size_t align64(size_t x) { return (x + 63u) & ~(size_t)63u; }
+
+/* Slot B: packed columns | the batch. */
+static size_t pack_bytes(int64_t n, int64_t d, todre_dtype dt)
+{
+    return align64((size_t)pad_nr(n) * (size_t)d * (size_t)esize(dt)) +
+           (size_t)AROWS * (size_t)d * sizeof(float);
+}
+
+/* Slot C: the store [slots x npad] | batch output [AROWS x npad] | slot [n] |
+ * owner [slots] | free [slots]. */
+static size_t store_bytes(int64_t n, int64_t slots)
+{
+    return (size_t)pad_nr(n) * (size_t)(slots + AROWS) * sizeof(float) +
+           (size_t)(n + 2 * slots) * sizeof(int32_t);
+}
+
+int64_t todre_sel_rows_fma_slots(const struct todre_sel_seg *s, int64_t planned)
+{
+    double limit = (double)s->be->base.params.workspace_limit;
+    double left = limit - (double)pack_bytes(s->n, s->d, s->dtype) -
+                  (double)s->n * sizeof(int32_t);
+    /* a slot costs its row and two int32 */
+    double per = (double)pad_nr(s->n) * sizeof(float) + 2 * sizeof(int32_t);
+    double fit = floor(left / per) - AROWS;
+    int64_t need = s->n < 2 * TODRE_SEL_AMX_BATCH ? s->n : 2 * TODRE_SEL_AMX_BATCH;
+    if (fit < (double)need) return 0;
+    return fit < (double)planned ? (int64_t)fit : planned;
+}
+
+/* Offset (elements) of K block kb, panel p, in an array of panels of
+ * npad columns (every block before kb is KC long). */
+static inline int64_t panel_at(int64_t npad, int64_t d, int64_t kb, int64_t p)
+{
+    int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
+    return k0 * npad + p * NR * kl;
+}
+
+/* All rows into panels, as stored (no conversion): panel p, K block kb holds
+ * rows [p NR, p NR + NR) x columns [kb KC, kb KC + kl) as [k][NR]; rows past
+ * n are zero. */
+static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f)
+{
+    const int64_t d = s->d, np = f->npad / NR, es = esize(f->dtype);
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+    for (int64_t p = 0; p < np; p++) {
+        for (int64_t kb = 0; kb * KC < d; kb++) {
+            int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
+            char *dst = (char *)f->cols + panel_at(f->npad, d, kb, p) * es;
+            for (int64_t j = 0; j < NR; j++) {
+                int64_t v = p * NR + j;
+                if (v >= s->n) {
+                    for (int64_t kk = 0; kk < kl; kk++) memset(dst + (kk * NR + j) * es, 0, (size_t)es);
+                    continue;
+                }
+                const char *src = (const char *)todre_sel_row(s->rows, s->dtype, s->stride, v) + k0 * es;
+                if (es == 4) {
+                    const float *x = (const float *)src;
+                    float *o = (float *)dst;
+                    for (int64_t kk = 0; kk < kl; kk++) o[kk * NR + j] = x[kk];
+                } else {
+                    const uint16_t *x = (const uint16_t *)src;
+                    uint16_t *o = (uint16_t *)dst;
+                    for (int64_t kk = 0; kk < kl; kk++) o[kk * NR + j] = x[kk];
+                }
+            }
+        }
+    }
+}
+
+/* The batch rows ids[0..count) widened to fp32 (exact) into
+ * [K block][group][k][MR]; rows of the last group past count are zero.
+ * Each row goes through s->w (the GEMV vector, unused by ROWS). */
+static void pack_batch(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f,
+                       const int64_t *ids, int count)
+{
+    const int64_t d = s->d;
+    const int rows = (count + MR - 1) / MR * MR;
+    for (int r = 0; r < rows; r++) {
+        int g = r / MR, i = r % MR;
+        if (r < count) s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, ids[r]), d, 1.0f, s->w);
+        for (int64_t kb = 0; kb * KC < d; kb++) {
+            int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
+            float *dst = f->a + k0 * AROWS + (int64_t)g * kl * MR + i;
+            for (int64_t kk = 0; kk < kl; kk++) dst[kk * MR] = r < count ? s->w[k0 + kk] : 0.0f;
+        }
+    }
+}
+
+/* ---- micro-kernels: c[i][j] (+)= sum over k of a[k][i] * b[k][j] -------- */
+
+/* Each writes rows [0, rows) of its MR x NR block of c (row stride ldc): the
+ * block's products from zero, stored when first, else added to c. */
+typedef void (*micro_fn)(const float *a, const void *b, int64_t kl, float *c, int64_t ldc,
+                         int first, int rows);
+
+/* Portable C: one chain per (i, j), unfused multiply and add. */
+#define MICRO_GENERIC(T, LOAD)                                                              \
+    static void micro_generic_##T(const float *a, const void *b, int64_t kl, float *c,      \
+                                  int64_t ldc, int first, int rows)                         \
+    {                                                                                       \
+        float acc[MR][NR];                                                                  \
+        memset(acc, 0, sizeof acc);                                                         \
+        for (int64_t k = 0; k < kl; k++) {                                                  \
+            float bv[NR];                                                                   \
+            for (int j = 0; j < NR; j++) bv[j] = LOAD(b, k * NR + j);                       \
+            for (int i = 0; i < MR; i++) {                                                  \
+                float av = a[k * MR + i];                                                   \
+                for (int j = 0; j < NR; j++) acc[i][j] += av * bv[j];                       \
+            }                                                                               \
+        }                                                                                   \
+        for (int i = 0; i < rows; i++)                                                      \
+            for (int j = 0; j < NR; j++) c[i * ldc + j] = first ? acc[i][j] : c[i * ldc + j] + acc[i][j]; \
+    }
+
+static inline float gl_f32(const void *b, int64_t i) { return ((const float *)b)[i]; }
+static inline float gl_f16(const void *b, int64_t i) { return todre_f16_to_f32(((const uint16_t *)b)[i]); }
+static inline float gl_bf16(const void *b, int64_t i) { return todre_bf16_to_f32(((const uint16_t *)b)[i]); }
+
+MICRO_GENERIC(f32, gl_f32)
+MICRO_GENERIC(f16, gl_f16)
+MICRO_GENERIC(bf16, gl_bf16)
+
+#ifdef TODRE_ROWS_X86
+
+#define T_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+T_AVX2 static inline __m256 b8_f32(const void *b, int64_t i) { return _mm256_loadu_ps((const float *)b + i); }
+T_AVX2 static inline __m256 b8_f16(const void *b, int64_t i)
+{
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + i)));
+}
+T_AVX2 static inline __m256 b8_bf16(const void *b, int64_t i)
+{
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)b + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* AVX2: 6 x 16 = 12 ymm accumulators, one fused chain per (i, j). */
+#define MICRO_AVX2(T)                                                                       \
+    T_AVX2 static void micro_avx2_##T(const float *a, const void *b, int64_t kl, float *c,  \
+                                      int64_t ldc, int first, int rows)                     \
+    {                                                                                       \
+        __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,       \
+               c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00; \
+        for (int64_t k = 0; k < kl; k++) {                                                  \
+            __m256 b0 = b8_##T(b, k * NR), b1 = b8_##T(b, k * NR + 8), x;                   \
+            const float *ak = a + k * MR;                                                   \
+            x = _mm256_broadcast_ss(ak + 0);                                                \
+            c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);           \
+            x = _mm256_broadcast_ss(ak + 1);                                                \
+            c10 = _mm256_fmadd_ps(x, b0, c10); c11 = _mm256_fmadd_ps(x, b1, c11);           \
+            x = _mm256_broadcast_ss(ak + 2);                                                \
+            c20 = _mm256_fmadd_ps(x, b0, c20); c21 = _mm256_fmadd_ps(x, b1, c21);           \
+            x = _mm256_broadcast_ss(ak + 3);                                                \
+            c30 = _mm256_fmadd_ps(x, b0, c30); c31 = _mm256_fmadd_ps(x, b1, c31);           \
+            x = _mm256_broadcast_ss(ak + 4);                                                \
+            c40 = _mm256_fmadd_ps(x, b0, c40); c41 = _mm256_fmadd_ps(x, b1, c41);           \
+            x = _mm256_broadcast_ss(ak + 5);                                                \
+            c50 = _mm256_fmadd_ps(x, b0, c50); c51 = _mm256_fmadd_ps(x, b1, c51);           \
+        }                                                                                   \
+        __m256 r[MR][2] = {{c00, c01}, {c10, c11}, {c20, c21},                              \
+                           {c30, c31}, {c40, c41}, {c50, c51}};                             \
+        for (int i = 0; i < rows; i++) {                                                    \
+            float *ci = c + i * ldc;                                                        \
+            if (first) {                                                                    \
+                _mm256_storeu_ps(ci, r[i][0]);                                              \
+                _mm256_storeu_ps(ci + 8, r[i][1]);                                          \
+            } else {                                                                        \
+                _mm256_storeu_ps(ci, _mm256_add_ps(_mm256_loadu_ps(ci), r[i][0]));          \
+                _mm256_storeu_ps(ci + 8, _mm256_add_ps(_mm256_loadu_ps(ci + 8), r[i][1]));  \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+MICRO_AVX2(f32)
+MICRO_AVX2(f16)
+MICRO_AVX2(bf16)
+
+#define T_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
+
+T_AVX512 static inline __m512 b16_f32(const void *b, int64_t i) { return _mm512_loadu_ps((const float *)b + i); }
+T_AVX512 static inline __m512 b16_f16(const void *b, int64_t i)
+{
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)b + i)));
+}
+T_AVX512 static inline __m512 b16_bf16(const void *b, int64_t i)
+{
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)b + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+/* AVX-512F: 6 zmm accumulators, one panel load and 6 broadcasts per 6 FMAs
+ * (unmeasured: no AVX-512 machine in this project's sessions so far). */
+#define MICRO_AVX512(T)                                                                     \
+    T_AVX512 static void micro_avx512_##T(const float *a, const void *b, int64_t kl,        \
+                                          float *c, int64_t ldc, int first, int rows)       \
+    {                                                                                       \
+        __m512 r[MR];                                                                       \
+        for (int i = 0; i < MR; i++) r[i] = _mm512_setzero_ps();                            \
+        for (int64_t k = 0; k < kl; k++) {                                                  \
+            __m512 bv = b16_##T(b, k * NR);                                                 \
+            const float *ak = a + k * MR;                                                   \
+            for (int i = 0; i < MR; i++)                                                    \
+                r[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[i]), bv, r[i]);                    \
+        }                                                                                   \
+        for (int i = 0; i < rows; i++) {                                                    \
+            float *ci = c + i * ldc;                                                        \
+            _mm512_storeu_ps(ci, first ? r[i] : _mm512_add_ps(_mm512_loadu_ps(ci), r[i]));  \
+        }                                                                                   \
+    }
+
+MICRO_AVX512(f32)
+MICRO_AVX512(f16)
+MICRO_AVX512(bf16)
+
+#endif /* TODRE_ROWS_X86 */
+
+static micro_fn micro_for(todre_dtype dt)
+{
+    int f16 = dt == TODRE_DTYPE_F16, bf16 = dt == TODRE_DTYPE_BF16;
+#ifdef TODRE_ROWS_X86
+    enum todre_cpu_isa isa = todre_cpu_isa();
+    if (isa >= TODRE_CPU_ISA_AVX512)
+        return f16 ? micro_avx512_f16 : bf16 ? micro_avx512_bf16 : micro_avx512_f32;
+    if (isa >= TODRE_CPU_ISA_AVX2)
+        return f16 ? micro_avx2_f16 : bf16 ? micro_avx2_bf16 : micro_avx2_f32;
+#endif
+    return f16 ? micro_generic_f16 : bf16 ? micro_generic_bf16 : micro_generic_f32;
+}
+
+/* out[r * npad + v] = dot(batch row r, row v) for r < count, v < npad. */
+static void batch_products(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f,
+                           float *out, int count)
+{
+    const int64_t d = s->d, np = f->npad / NR, ld = f->npad, es = esize(f->dtype);
+    const int groups = (count + MR - 1) / MR;
+    micro_fn micro = micro_for(f->dtype);
+#pragma omp parallel num_threads(s->nthreads)
+    {
+        int64_t t = 0, nt = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num();
+        nt = omp_get_num_threads();
+#endif
+        int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        for (int64_t kb = 0; kb * KC < d; kb++) {
+            int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
+            const float *ablk = f->a + k0 * AROWS;
+            for (int64_t p = p0; p < p1; p++) {
+                const char *b = (const char *)f->cols + panel_at(f->npad, d, kb, p) * es;
+                for (int g = 0; g < groups; g++) {
+                    int rows = count - g * MR < MR ? count - g * MR : MR;
+                    micro(ablk + (int64_t)g * kl * MR, b, kl, out + (int64_t)g * MR * ld + p * NR,
+                          ld, kb == 0, rows);
+                }
+            }
+        }
+    }
+}
+
+/* ---- the row store (as select_gram.c keeps it for AMX) ------------------- */
+
+todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
+                                     struct todre_diag *diag)
+{
+    struct todre_sel_rows_fma *f = &r->fma;
+    int64_t slots = s->plan->store_rows;
+    f->npad = pad_nr(s->n);
+    f->dtype = s->dtype;
+    char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
+    char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, store_bytes(s->n, slots));
+    if (!b || !c) {
+        snprintf(diag->buf, diag->cap, "workspace: cannot allocate %lld x %lld products",
+                 (long long)slots, (long long)s->n);
+        return TODRE_ERR_OUT_OF_MEMORY;
+    }
+    f->cols = b;
+    f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
+    pack_cols(s, f);
+    memset(&r->amx, 0, sizeof r->amx);
+    size_t rows = (size_t)f->npad * (size_t)(slots + AROWS) * sizeof(float);
+    r->g = (float *)c;
+    r->ld = f->npad;
+    r->out = r->g + slots * f->npad;
+    r->slot = (int32_t *)(c + rows);
+    r->owner = r->slot + s->n;
+    r->free = r->owner + slots;
+    r->slots = r->nfree = slots;
+    for (int64_t v = 0; v < s->n; v++) r->slot[v] = -1;
+    for (int64_t i = 0; i < slots; i++) {
+        r->owner[i] = -1;
+        r->free[i] = (int32_t)(slots - 1 - i); /* slot 0 first */
+    }
+    return TODRE_OK;
+}
+
+/* A free slot, else the one of the stored row whose token is least likely to
+ * be selected soon (worst sign * acc; ties: the highest index goes); slots
+ * of the batch being placed are marked -2 and never evicted. */
+static int32_t take_slot(const struct todre_sel_seg *s, struct todre_sel_rows *r, int sign)
+{
+    if (r->nfree) return r->free[--r->nfree];
+    int32_t worst = -1;
+    double wx = 0;
+    for (int32_t i = 0; i < (int32_t)r->slots; i++) {
+        int32_t o = r->owner[i];
+        if (o < 0) continue;
+        double x = sign * s->acc[o];
+        if (worst < 0 || x > wx || (x == wx && o > r->owner[worst])) {
+            worst = i;
+            wx = x;
+        }
+    }
+    r->slot[r->owner[worst]] = -1; /* made again if its token is selected */
+    return worst;
+}
+
+void todre_sel_rows_fma_batch(struct todre_sel_seg *s, struct todre_sel_rows *r,
+                              const int64_t *ids, int count, int sign)
+{
+    int32_t at[TODRE_SEL_AMX_BATCH];
+    pack_batch(s, &r->fma, ids, count);
+    batch_products(s, &r->fma, r->out, count);
+    for (int i = 0; i < count; i++) r->owner[at[i] = take_slot(s, r, sign)] = -2;
+    for (int i = 0; i < count; i++) {
+        memcpy(r->g + at[i] * r->ld, r->out + i * r->ld, (size_t)s->n * sizeof(float));
+        r->owner[at[i]] = (int32_t)ids[i];
+        r->slot[ids[i]] = at[i];
+    }
+}

@@ -1,0 +1,63 @@
+/* Gram rows made on demand by FMA units (select_rows.c): the ROWS strategy
+ * on the AVX2 + FMA + F16C and AVX-512F levels (AMX machines use AMX for
+ * 16-bit rows; the generic level uses BLAS's GRAM), for f32, f16 and bf16
+ * rows alike.
+ *
+ * All n rows are packed once into column panels (TODRE_SEL_ROWS_NR columns,
+ * K-major, in K blocks of TODRE_SEL_ROWS_KC), keeping their stored type
+ * (f16 / bf16 are widened in registers, exactly); a batch of up to
+ * TODRE_SEL_AMX_BATCH rows is widened to fp32 and multiplied against every
+ * panel by an outer-product micro-kernel.
+ *
+ * Numerics: the value of the pair (r, v) is fixed by the ISA level alone:
+ * per K block, one fp32 chain of products k = k0, k0 + 1, ... (fused on AVX2
+ * and AVX-512, mul + add in the generic C), and the blocks added in order.
+ * Neither the batch a row is made in, nor its slot in the batch, nor the
+ * thread count changes a bit of it, so the speculation changes only the
+ * time, never the selection; identical rows give identical values. */
+#ifndef TODRE_SRC_CPU_SELECT_ROWS_H
+#define TODRE_SRC_CPU_SELECT_ROWS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../backend.h"
+
+#define TODRE_SEL_ROWS_NR 16  /* columns per packed panel */
+#define TODRE_SEL_ROWS_KC 128 /* K block: a batch's block (36 x 128 fp32) stays in L1 */
+#define TODRE_SEL_ROWS_MR 6   /* batch rows per micro-kernel call */
+/* Rows per speculative batch (the planner's rows_batch): about 8 of 12 are
+ * used on clustered data (16 of 32); smaller batches waste fewer products
+ * but pay the per-batch scan and thread start more often (measured on a
+ * 2-core Zen 3: 12 about 20% below 32, docs/benchmarks.md). At most
+ * TODRE_SEL_AMX_BATCH. */
+#define TODRE_SEL_ROWS_BATCH 12
+#define TODRE_SEL_ROWS_AROWS 36 /* batch rows packed: TODRE_SEL_AMX_BATCH rounded up to MR */
+
+struct todre_sel_seg;
+struct todre_sel_rows;
+
+/* Packed operands of the FMA ROWS kernels. */
+struct todre_sel_rows_fma {
+    void *cols;        /* all rows as panels: [K block][panel][k][NR] */
+    float *a;          /* the batch: [K block][MR group][k][MR], fp32 */
+    int64_t npad;      /* n rounded up to NR (the store's row length) */
+    todre_dtype dtype; /* of cols: as stored (f32, f16, bf16) */
+};
+
+/* Whether the FMA ROWS kernels serve this process (AVX2 or AVX-512 level). */
+int todre_sel_rows_fma_usable(void);
+
+/* Rows the store may hold for this set once the packed operands take their
+ * share of the workspace limit: min(planned, what fits), or 0 when less than
+ * min(n, 2 batches) fits (the set then runs as GEMV). */
+int64_t todre_sel_rows_fma_slots(const struct todre_sel_seg *s, int64_t planned);
+
+/* As todre_sel_rows_init / todre_sel_rows_batch (select_internal.h), on
+ * the FMA kernels. */
+todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
+                                     struct todre_diag *diag);
+void todre_sel_rows_fma_batch(struct todre_sel_seg *s, struct todre_sel_rows *r,
+                              const int64_t *ids, int count, int sign);
+
+#endif /* TODRE_SRC_CPU_SELECT_ROWS_H */

@@ -1,0 +1,24 @@
+# The ROWS strategy on the FMA kernels (tests/unit/test_select_rows_fma.c) at
+# each CPU code path this machine has: unit.select_rows_fma runs the default
+# path, unit.select_rows_fma.<isa> caps it with $TODRE_CPU_ISA (src/cpu/
+# cpu_isa.c). Levels above the CPU's own are registered only where the
+# configuring machine has them (they would repeat the avx2 run). About 2 s
+# per run on the 2-core CI machine (scalar: about 4 s).
+if(TARGET test_select_rows_fma)
+  target_compile_options(test_select_rows_fma PRIVATE ${TODRE_WARNINGS})
+  set(_isas scalar)
+  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+    list(APPEND _isas avx2)
+    if(EXISTS /proc/cpuinfo)
+      file(STRINGS /proc/cpuinfo _flags REGEX "^flags" LIMIT_COUNT 1)
+      if(_flags MATCHES " avx512f( |$)")
+        list(APPEND _isas avx512)
+      endif()
+    endif()
+  endif()
+  foreach(_isa ${_isas})
+    add_test(NAME unit.select_rows_fma.${_isa} COMMAND test_select_rows_fma)
+    set_tests_properties(unit.select_rows_fma.${_isa} PROPERTIES
+      ENVIRONMENT "${TODRE_TEST_ENV};TODRE_CPU_ISA=${_isa}" TIMEOUT 300)
+  endforeach()
+endif()
