@@ -1,12 +1,16 @@
 /* Stage-1 timing of libtodre alone (no Python in the process):
  *
- *   bench_select [n d k dtype strategy reps threads objective pivot]
+ *   bench_select [n d k dtype strategy reps threads objective pivot limit]
  *
- * defaults 2880 4096 288 f16 auto 7 0 max-sum cls; dtype f32|f16|bf16,
+ * defaults 2880 4096 288 f16 auto 7 0 max-sum cls 0; dtype f32|f16|bf16,
  * strategy auto|gemv|gram|rows, objective max-sum|max-min|cls-topk, pivot
- * auto|cls|center|farthest|random|isolated. Prints the median and minimum
- * of `reps` timed calls (after one warm-up call that sizes the workspace)
- * and the first selected indices, so runs can be compared. Data: tokens
+ * auto|cls|center|farthest|random|isolated, limit = workspace limit in bytes
+ * (0: the default). Prints the median and minimum of `reps` timed calls
+ * (after one warm-up call that sizes the workspace), the median process CPU
+ * time per call (on a shared machine CPU time divided by the threads
+ * estimates the time an unloaded machine takes; OpenMP threads that wait
+ * spinning count too), and the first selected indices, so runs can be
+ * compared. Data: tokens
  * around 48 centres plus noise and a shared offset (deterministic). */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include <stdint.h>
@@ -39,6 +43,13 @@ static double now_s(void)
 {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static double cpu_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
@@ -113,6 +124,7 @@ int main(int argc, char **argv)
     int threads = argc > 7 ? atoi(argv[7]) : 0;
     int objective = argc > 8 ? lookup(argv[8], objectives, 3) : 0;
     int pivot = argc > 9 ? lookup(argv[9], pivots, 6) : 1;
+    int64_t limit = argc > 10 ? atoll(argv[10]) : 0;
     if (n < 1 || d < 1 || k < 1 || k > n || reps < 1) {
         fprintf(stderr, "bad sizes\n");
         return 2;
@@ -122,8 +134,8 @@ int main(int argc, char **argv)
     void *emb = malloc((size_t)n * d * esz);
     float *cls = malloc((size_t)n * sizeof *cls);
     int64_t *out = malloc((size_t)k * sizeof *out);
-    double *times = malloc((size_t)reps * sizeof *times);
-    if (!emb || !cls || !out || !times) return 1;
+    double *times = malloc((size_t)reps * sizeof *times), *cpus = malloc((size_t)reps * sizeof *cpus);
+    if (!emb || !cls || !out || !times || !cpus) return 1;
     make_data(n, d, dtype, emb, cls);
 
     todre_context *ctx;
@@ -132,6 +144,7 @@ int main(int argc, char **argv)
     CHECK(todre_context_create("cpu", 0, &ctx));
     CHECK(todre_context_set_int(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, strategy));
     CHECK(todre_context_set_int(ctx, TODRE_CONTEXT_NUM_THREADS, threads));
+    if (limit > 0) CHECK(todre_context_set_int(ctx, TODRE_CONTEXT_WORKSPACE_LIMIT, limit));
     CHECK(todre_select_config_create(&cfg));
     CHECK(todre_select_config_set_int(cfg, TODRE_SELECT_OBJECTIVE, objective));
     CHECK(todre_select_config_set_int(cfg, TODRE_SELECT_PIVOT, pivot));
@@ -143,14 +156,18 @@ int main(int argc, char **argv)
 
     CHECK(todre_select(ctx, cfg, &te, &tc, &to)); /* warm-up: sizes the workspace */
     for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         CHECK(todre_select(ctx, cfg, &te, &tc, &to));
         times[r] = now_s() - t0;
+        cpus[r] = cpu_s() - c0;
     }
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
-    printf("n=%lld d=%lld k=%lld %s %s %s/%s threads=%d: median %.2f ms, min %.2f ms; sel[0..4] =",
+    qsort(cpus, (size_t)reps, sizeof *cpus, cmp_double);
+    printf("n=%lld d=%lld k=%lld %s %s %s/%s threads=%d: median %.2f ms, min %.2f ms, "
+           "cpu %.2f ms; sel[0..4] =",
            (long long)n, (long long)d, (long long)k, dtypes[dtype], strategies[strategy],
-           objectives[objective], pivots[pivot], threads, 1e3 * times[reps / 2], 1e3 * times[0]);
+           objectives[objective], pivots[pivot], threads, 1e3 * times[reps / 2], 1e3 * times[0],
+           1e3 * cpus[reps / 2]);
     for (int64_t i = 0; i < k && i < 5; i++) printf(" %lld", (long long)out[i]);
     printf("\n");
 
@@ -160,5 +177,6 @@ int main(int argc, char **argv)
     free(cls);
     free(out);
     free(times);
+    free(cpus);
     return 0;
 }
