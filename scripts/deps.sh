@@ -17,6 +17,7 @@
 #   abi-dumper, abi-compliance-checker
 #                          the ABI check against tests/abi/baseline (abi.compliance)
 #   dpkg-dev, debhelper, lintian   the Debian packages (scripts/test_debian.sh)
+#   ninja-build            scikit-build-core's generator (the wheel, the vLLM venv's install)
 #   python3, python3-pip   NumPy float64 references, pytest, the Python package
 #   numpy, pytest, scikit-image (its photograph and features for the demo picture,
 #                          examples/python/picture.py), and bindings/python/requirements-test.txt (its own reasons)
@@ -25,7 +26,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 APT_PACKAGES=(cmake gcc g++ clang libclang-rt-14-dev make pkg-config libopenblas-dev
               libcmocka-dev abi-dumper abi-compliance-checker valgrind libomp-dev python3
-              python3-pip dpkg-dev debhelper lintian)
+              python3-pip dpkg-dev debhelper lintian ninja-build)
 PIP_PACKAGES=(numpy pytest scikit-image)
 PIP_REQUIREMENTS=bindings/python/requirements-test.txt
 
