@@ -123,7 +123,7 @@ static void assert_same(const int64_t *ref, const int64_t *sel, int64_t k, const
 
 static void print_path(void)
 {
-    todre_device_props dp;
+    todre_device_props dp = {.struct_size = sizeof dp};
     tt_assert_ok(todre_device_get_props("cpu", 0, &dp));
     printf("CPU code path: %s (TODRE_CPU_ISA=%s)\n", dp.arch,
            getenv("TODRE_CPU_ISA") ? getenv("TODRE_CPU_ISA") : "");
@@ -177,7 +177,7 @@ static void test_exact_equals_gemv_and_gram(void **state)
  * roundings differ from each other, so near-tie selections may too). */
 static int fma_rows(void)
 {
-    todre_device_props dp;
+    todre_device_props dp = {.struct_size = sizeof dp};
     tt_assert_ok(todre_device_get_props("cpu", 0, &dp));
     return strcmp(dp.arch, "avx2") == 0 || strcmp(dp.arch, "avx512") == 0;
 }
