@@ -138,20 +138,26 @@ todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows 
     todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads);
     p.a = (uint32_t *)((char *)b + nblk * blk);
     p.sw = (uint32_t *)((char *)b + nblk * blk + batch);
-    r->g = (float *)c;
-    r->ld = p.npad;
-    r->out = r->g + slots * p.npad;
     r->amx = p;
+    todre_sel_store_init(r, c, rows, p.npad, s->n, slots);
+    return TODRE_OK;
+}
+
+void todre_sel_store_init(struct todre_sel_rows *r, char *c, size_t rows, int64_t ld, int64_t n,
+                          int64_t slots)
+{
+    r->g = (float *)c;
+    r->ld = ld;
+    r->out = r->g + slots * ld;
     r->slot = (int32_t *)(c + rows);
-    r->owner = r->slot + s->n;
+    r->owner = r->slot + n;
     r->free = r->owner + slots;
     r->slots = r->nfree = slots;
-    for (int64_t v = 0; v < s->n; v++) r->slot[v] = -1;
+    for (int64_t v = 0; v < n; v++) r->slot[v] = -1;
     for (int64_t i = 0; i < slots; i++) {
         r->owner[i] = -1;
         r->free[i] = (int32_t)(slots - 1 - i); /* slot 0 first */
     }
-    return TODRE_OK;
 }
 
 /* A slot for a new row: a free one, else the one of the stored row whose
@@ -185,13 +191,19 @@ void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, con
     }
     const struct todre_sel_amx_pack *p = &r->amx;
     int64_t all[TODRE_SEL_AMX_BATCH];
-    int32_t at[TODRE_SEL_AMX_BATCH];
     for (int i = 0; i < TODRE_SEL_AMX_BATCH; i++) all[i] = i < count ? ids[i] : -1;
     todre_sel_amx_pack_rows(p, s->rows, s->stride, s->dtype, s->d, all);
     todre_sel_amx_batch(p, r->out, s->nthreads);
+    todre_sel_store_place(s, r, ids, count, sign);
+}
+
+void todre_sel_store_place(const struct todre_sel_seg *s, struct todre_sel_rows *r,
+                           const int64_t *ids, int count, int sign)
+{
+    int32_t at[TODRE_SEL_AMX_BATCH];
     for (int i = 0; i < count; i++) r->owner[at[i] = take_slot(s, r, sign)] = -2;
     for (int i = 0; i < count; i++) {
-        memcpy(r->g + at[i] * r->ld, r->out + i * p->npad, (size_t)s->n * sizeof(float));
+        memcpy(r->g + at[i] * r->ld, r->out + i * r->ld, (size_t)s->n * sizeof(float));
         r->owner[at[i]] = (int32_t)ids[i];
         r->slot[ids[i]] = at[i];
     }

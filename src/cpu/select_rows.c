@@ -330,52 +330,14 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
     pack_cols(s, f);
     memset(&r->amx, 0, sizeof r->amx);
     size_t rows = (size_t)f->npad * (size_t)(slots + AROWS) * sizeof(float);
-    r->g = (float *)c;
-    r->ld = f->npad;
-    r->out = r->g + slots * f->npad;
-    r->slot = (int32_t *)(c + rows);
-    r->owner = r->slot + s->n;
-    r->free = r->owner + slots;
-    r->slots = r->nfree = slots;
-    for (int64_t v = 0; v < s->n; v++) r->slot[v] = -1;
-    for (int64_t i = 0; i < slots; i++) {
-        r->owner[i] = -1;
-        r->free[i] = (int32_t)(slots - 1 - i); /* slot 0 first */
-    }
+    todre_sel_store_init(r, c, rows, f->npad, s->n, slots);
     return TODRE_OK;
-}
-
-/* A free slot, else the one of the stored row whose token is least likely to
- * be selected soon (worst sign * acc; ties: the highest index goes); slots
- * of the batch being placed are marked -2 and never evicted. */
-static int32_t take_slot(const struct todre_sel_seg *s, struct todre_sel_rows *r, int sign)
-{
-    if (r->nfree) return r->free[--r->nfree];
-    int32_t worst = -1;
-    double wx = 0;
-    for (int32_t i = 0; i < (int32_t)r->slots; i++) {
-        int32_t o = r->owner[i];
-        if (o < 0) continue;
-        double x = sign * s->acc[o];
-        if (worst < 0 || x > wx || (x == wx && o > r->owner[worst])) {
-            worst = i;
-            wx = x;
-        }
-    }
-    r->slot[r->owner[worst]] = -1; /* made again if its token is selected */
-    return worst;
 }
 
 void todre_sel_rows_fma_batch(struct todre_sel_seg *s, struct todre_sel_rows *r,
                               const int64_t *ids, int count, int sign)
 {
-    int32_t at[TODRE_SEL_AMX_BATCH];
     pack_batch(s, &r->fma, ids, count);
     batch_products(s, &r->fma, r->out, count);
-    for (int i = 0; i < count; i++) r->owner[at[i] = take_slot(s, r, sign)] = -2;
-    for (int i = 0; i < count; i++) {
-        memcpy(r->g + at[i] * r->ld, r->out + i * r->ld, (size_t)s->n * sizeof(float));
-        r->owner[at[i]] = (int32_t)ids[i];
-        r->slot[ids[i]] = at[i];
-    }
+    todre_sel_store_place(s, r, ids, count, sign);
 }
