@@ -79,10 +79,14 @@
 #define ROWS_USED_FRACTION (10.0 / 32.0)
 /* ROWS by FMA units (no fast unit): rows used per row made, in batches of
  * 12 (measured about 0.75 on clustered data at k = 288 and 720, taken low),
- * and their rate against gram_fma_per_ns (BLAS ssyrk): 32 against 42 GFMA
- * per core-second on a 2-core Zen 3 (docs/benchmarks.md). */
+ * and their rate against gram_fma_per_ns (BLAS ssyrk). On a 2-core Zen 3
+ * (docs/benchmarks.md), with the packed rows prefetched, ROWS made rows
+ * 1.1 to 1.2 times as fast as ssyrk's Gram matrix at n = 2880, d = 4096
+ * (k = 720 and 1000, f16 / bf16 / f32): so 1.1. With these, n = 2880 and
+ * d = 4096 take ROWS for k in [14, 965] (f16) and [12, 886] (f32), where
+ * ROWS measured faster up to k = 1000 and GRAM at k = 1440. */
 #define ROWS_FMA_USED_FRACTION 0.6
-#define ROWS_FMA_RATE_FACTOR 0.75
+#define ROWS_FMA_RATE_FACTOR 1.1
 
 static int has_strategy(const struct todre_backend_caps *caps, int strategy)
 {

@@ -175,6 +175,17 @@ MICRO_GENERIC(bf16, gl_bf16)
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
 
+/* The packed rows stream from L3 or memory once per batch (every panel's
+ * K block is used by only the batch's MR-row groups), which the hardware
+ * prefetcher alone does not keep up with: on a Zen 3 core the 6 x 16 kernel
+ * ran at 46 GFMA/s on panels in L2 but 32 (f16) and 24 (f32) streaming
+ * n = 2880, d = 4096, and at 46 and 36 prefetching 8 KiB ahead (one to two
+ * panels' K blocks: the next panel's block lies right after this one's).
+ * A prefetch past the end of the packed rows is harmless (no fault). */
+#define PF_BYTES 8192
+typedef float es_f32;
+typedef uint16_t es_f16, es_bf16;
+
 T_AVX2 static inline __m256 b8_f32(const void *b, int64_t i) { return _mm256_loadu_ps((const float *)b + i); }
 T_AVX2 static inline __m256 b8_f16(const void *b, int64_t i)
 {
@@ -195,6 +206,8 @@ T_AVX2 static inline __m256 b8_bf16(const void *b, int64_t i)
                c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00; \
         for (int64_t k = 0; k < kl; k++) {                                                  \
             __m256 b0 = b8_##T(b, k * NR), b1 = b8_##T(b, k * NR + 8), x;                   \
+            _mm_prefetch((const char *)b + (k * NR) * (int64_t)sizeof(es_##T) + PF_BYTES,      \
+                         _MM_HINT_T0);                                                      \
             const float *ak = a + k * MR;                                                   \
             x = _mm256_broadcast_ss(ak + 0);                                                \
             c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);           \
@@ -250,6 +263,8 @@ T_AVX512 static inline __m512 b16_bf16(const void *b, int64_t i)
         for (int i = 0; i < MR; i++) r[i] = _mm512_setzero_ps();                            \
         for (int64_t k = 0; k < kl; k++) {                                                  \
             __m512 bv = b16_##T(b, k * NR);                                                 \
+            _mm_prefetch((const char *)b + (k * NR) * (int64_t)sizeof(es_##T) + PF_BYTES,      \
+                         _MM_HINT_T0);                                                      \
             const float *ak = a + k * MR;                                                   \
             for (int i = 0; i < MR; i++)                                                    \
                 r[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[i]), bv, r[i]);                    \

@@ -48,6 +48,16 @@ static struct todre_backend cpu_amx(int64_t limit, int64_t strategy)
     return be;
 }
 
+/* Below AMX with the FMA kernels (AVX2, AVX-512): ROWS without a fast unit. */
+static struct todre_backend cpu_fma(int64_t limit, int64_t strategy)
+{
+    struct todre_backend be = cpu_avx2(limit, strategy);
+    be.caps.strategies |= 1u << TODRE_STRATEGY_ROWS;
+    be.caps.rows_batch = 12;
+    be.caps.rows_row_bytes_per_n = 4;
+    return be;
+}
+
 static struct todre_backend device_like(int64_t limit, int64_t strategy)
 {
     struct todre_backend be;
@@ -147,6 +157,30 @@ static void auto_without_fast_unit(void **state)
 }
 
 /* A rate of 0 is "not measured": that strategy is never the cheapest. */
+/* The FMA ROWS kernels (AVX2 / AVX-512, no fast unit), n = 2880, d = 4096,
+ * costs in rate units: GRAM f16 n^2 d / 2 / 135 + n d (4 + 2) / 12 =
+ * 131.73e6, f32 125.83e6; ROWS ceil((k - 1) / (12 * 0.6)) batches of
+ * 12 n d / (135 * 1.1) each plus 2 n d esize / 12; GEMV (k - 1) n d esize / 50.
+ * ROWS from k = 14 (f16; 12 for f32) to k = 965 (f16; 886 for f32). */
+static void auto_fma_rows(void **state)
+{
+    (void)state;
+    struct todre_backend be = cpu_fma(DEFAULT_LIMIT, TODRE_STRATEGY_AUTO);
+    assert_plan(plan1(&be, 2880, 13, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 14, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 720, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 720, 4096, BF16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 965, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 966, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 1440, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 11, 4096, F32, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 12, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 720, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 886, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
+}
+
 static void auto_unknown_rates(void **state)
 {
     (void)state;
@@ -460,6 +494,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(auto_amx_benchmark_case),
         cmocka_unit_test(auto_without_fast_unit),
+        cmocka_unit_test(auto_fma_rows),
         cmocka_unit_test(auto_unknown_rates),
         cmocka_unit_test(limit_zero_is_gemv_everywhere),
         cmocka_unit_test(requested_strategies_fall_back),
