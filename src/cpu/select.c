@@ -168,8 +168,9 @@ static void stage_outputs(const struct todre_select_job *job, int64_t b, const i
 
 /* The plan as this set can run it. The core chose it from the capabilities
  * (ROWS with AMX or the FMA kernels, a store of at least one batch); a plan outside them is
- * a bug. One case only the data reveals: a set whose rows had to be copied
- * to fp32 (guard_range) has no AMX path left, and a ROWS plan then runs as
+ * a bug. What only the set reveals is taken here: which kernel makes ROWS
+ * within the workspace limit, or GEMV where none fits; a set whose rows had
+ * to be copied to fp32 (guard_range) has no ROWS kernel left and runs as
  * GEMV, the strategy that needs no memory beyond O(n * d) (docs/semantics.md:
  * every strategy gives the same selection up to near-ties). */
 static todre_status follow_plan(struct todre_sel_seg *s, struct todre_select_plan *plan,
@@ -189,14 +190,23 @@ static todre_status follow_plan(struct todre_sel_seg *s, struct todre_select_pla
         if (!(amx || todre_sel_rows_fma_usable()) || plan->store_rows < need ||
             plan->store_rows > s->n || s->n > INT32_MAX)
             break;
-        if (amx) {
-            if (!todre_sel_amx_usable(s->dtype)) plan->strategy = TODRE_STRATEGY_GEMV;
+        /* Both kernels pack every row once, and the packed rows share the
+         * workspace limit with the store, which may shrink. AMX first (its
+         * f16 pack takes 4 bytes a value: at n = 18,000, d = 4096 that alone
+         * is 295 MB, more than the default limit); where it does not fit, or
+         * the guard's fp32 copy left the set no AMX path, the FMA kernels;
+         * where they do not fit either (or read the guard's copy, slot B),
+         * GEMV, which needs no memory beyond O(n + d). */
+        int64_t slots = todre_sel_amx_rows_slots(s, plan->store_rows);
+        if (slots) {
+            s->rows_amx = 1;
+            s->rows_batch = TODRE_SEL_AMX_BATCH;
+            plan->store_rows = slots;
             return TODRE_OK;
         }
-        /* FMA kernels (select_rows.h): the packed rows share the limit with
-         * the store, which may shrink; the guard's copy (slot B) leaves them
-         * no room, so such a set runs as GEMV */
-        int64_t slots = s->f32 ? 0 : todre_sel_rows_fma_slots(s, plan->store_rows);
+        slots = s->f32 ? 0 : todre_sel_rows_fma_slots(s, plan->store_rows);
+        s->rows_amx = 0;
+        s->rows_batch = TODRE_SEL_ROWS_BATCH;
         if (slots) plan->store_rows = slots;
         else plan->strategy = TODRE_STRATEGY_GEMV, plan->store_rows = 0;
         return TODRE_OK;

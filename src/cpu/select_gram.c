@@ -64,16 +64,24 @@ static int64_t clamp_tile(double t, int64_t max)
     return r < 1 ? 1 : r;
 }
 
-/* AMX computes into a matrix padded to multiples of 32 rows: it is used for
- * a GRAM plan when the dtype has it and the padded matrix fits the
- * workspace limit (the planner's cost model assumes the same, see
- * src/select_plan.c); otherwise BLAS on fp32 rows. Either way the strategy
- * is the plan's; this is only which kernel makes the matrix. */
+/* AMX computes into a matrix padded to multiples of 32 rows, from two
+ * packed copies of the rows (A and B tiles: 4 bytes a value each for f16,
+ * 2 for bf16): it is used for a GRAM plan when the dtype has it and the
+ * padded matrix and both packs fit the workspace limit together; otherwise
+ * BLAS on fp32 rows, whose scratch todre_sel_gram_fits counts. Either way
+ * the strategy is the plan's; this is only which kernel makes the matrix. */
+static size_t amx_plane_bytes(const struct todre_sel_seg *s)
+{
+    int split = s->dtype == TODRE_DTYPE_F16;
+    return (size_t)todre_sel_amx_pad(s->n) * (size_t)todre_sel_amx_pad(s->d) * (split ? 4 : 2);
+}
+
 static int use_amx(const struct todre_sel_seg *s)
 {
     if (!todre_sel_amx_usable(s->dtype)) return 0;
     double np = (double)todre_sel_amx_pad(s->n);
-    return np * np * sizeof(float) <= (double)s->be->base.params.workspace_limit;
+    return np * np * sizeof(float) + 2.0 * (double)amx_plane_bytes(s) <=
+           (double)s->be->base.params.workspace_limit;
 }
 
 /* Rows of ld npad -> rows of ld n, in place (forward: destinations never
@@ -88,7 +96,7 @@ static float *gram_amx(struct todre_sel_seg *s, todre_status *st, struct todre_d
     struct todre_sel_amx_pack p = {.npad = todre_sel_amx_pad(s->n), .dpad = todre_sel_amx_pad(s->d)};
     int split = s->dtype == TODRE_DTYPE_F16;
     /* one array: a pair per value (f16: (h, l)) or per two values (bf16) */
-    size_t plane = (size_t)p.npad * (size_t)p.dpad * (split ? 4 : 2);
+    size_t plane = amx_plane_bytes(s);
     char *buf = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, plane * 2);
     float *g = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
                                    (size_t)p.npad * (size_t)p.npad * sizeof(float));
@@ -112,32 +120,63 @@ static float *gram_amx(struct todre_sel_seg *s, todre_status *st, struct todre_d
  * a block per thread;
  * slot C: the store [slots x npad] | batch output [TODRE_SEL_AMX_BATCH x npad]
  * | slot [n] | owner [slots] | free [slots]. */
+struct amx_rows_layout {
+    struct todre_sel_amx_pack p;
+    size_t packed, batch, b_bytes; /* slot B: B tiles, one batch's A tiles, all */
+};
+
+static struct amx_rows_layout amx_rows_layout(const struct todre_sel_seg *s)
+{
+    struct amx_rows_layout L = {.p = {.npad = todre_sel_amx_pad(s->n),
+                                      .dpad = todre_sel_amx_pad(s->d),
+                                      .split = s->dtype == TODRE_DTYPE_F16}};
+    size_t blk = (size_t)todre_sel_amx_block(&L.p) * 4, nblk = (size_t)L.p.npad / 16;
+    L.packed = nblk * blk;
+    L.batch = (size_t)TODRE_SEL_AMX_BATCH / 16 * blk;
+    L.b_bytes = L.packed + 2 * L.batch + (size_t)s->nthreads * blk;
+    return L;
+}
+
+static size_t amx_store_bytes(const struct todre_sel_seg *s, int64_t npad, int64_t slots)
+{
+    return (size_t)npad * (size_t)(slots + TODRE_SEL_AMX_BATCH) * sizeof(float) +
+           (size_t)(s->n + 2 * slots) * sizeof(int32_t);
+}
+
+int64_t todre_sel_amx_rows_slots(const struct todre_sel_seg *s, int64_t planned)
+{
+    if (!todre_sel_amx_usable(s->dtype)) return 0;
+    struct amx_rows_layout L = amx_rows_layout(s);
+    double left = (double)s->be->base.params.workspace_limit - (double)L.b_bytes -
+                  (double)amx_store_bytes(s, L.p.npad, 0);
+    /* a slot costs its row and two int32 */
+    double per = (double)L.p.npad * sizeof(float) + 2 * sizeof(int32_t);
+    double fit = floor(left / per);
+    int64_t need = s->n < 2 * TODRE_SEL_AMX_BATCH ? s->n : 2 * TODRE_SEL_AMX_BATCH;
+    if (fit < (double)need) return 0;
+    return fit < (double)planned ? (int64_t)fit : planned;
+}
+
 todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
                                  struct todre_diag *diag)
 {
-    /* below AMX (or a set without an AMX path): the FMA kernels */
-    if (!todre_sel_amx_usable(s->dtype)) return todre_sel_rows_fma_init(s, r, diag);
-    struct todre_sel_amx_pack p = {.npad = todre_sel_amx_pad(s->n),
-                                   .dpad = todre_sel_amx_pad(s->d),
-                                   .split = s->dtype == TODRE_DTYPE_F16};
-    size_t blk = (size_t)todre_sel_amx_block(&p) * 4, nblk = (size_t)p.npad / 16;
-    size_t batch = (size_t)TODRE_SEL_AMX_BATCH / 16 * blk;
-    uint32_t *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B,
-                                      nblk * blk + 2 * batch + (size_t)s->nthreads * blk);
+    if (!s->rows_amx) return todre_sel_rows_fma_init(s, r, diag);
+    struct amx_rows_layout L = amx_rows_layout(s);
+    struct todre_sel_amx_pack p = L.p;
+    uint32_t *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, L.b_bytes);
     int64_t slots = s->plan->store_rows;
     size_t rows = (size_t)p.npad * (size_t)(slots + TODRE_SEL_AMX_BATCH) * sizeof(float);
-    char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
-                                  rows + (size_t)(s->n + 2 * slots) * sizeof(int32_t));
+    char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, amx_store_bytes(s, p.npad, slots));
     if (!b || !c) {
         snprintf(diag->buf, diag->cap, "workspace: cannot allocate %lld x %lld products",
                  (long long)slots, (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
     p.b = b;
-    p.tmp = (uint32_t *)((char *)b + nblk * blk + 2 * batch);
+    p.tmp = (uint32_t *)((char *)b + L.packed + 2 * L.batch);
     todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads);
-    p.a = (uint32_t *)((char *)b + nblk * blk);
-    p.sw = (uint32_t *)((char *)b + nblk * blk + batch);
+    p.a = (uint32_t *)((char *)b + L.packed);
+    p.sw = (uint32_t *)((char *)b + L.packed + L.batch);
     r->amx = p;
     todre_sel_store_init(r, c, rows, p.npad, s->n, slots);
     return TODRE_OK;
@@ -185,7 +224,7 @@ static int32_t take_slot(const struct todre_sel_seg *s, struct todre_sel_rows *r
 void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, const int64_t *ids,
                           int count, int sign)
 {
-    if (!todre_sel_amx_usable(s->dtype)) {
+    if (!s->rows_amx) {
         todre_sel_rows_fma_batch(s, r, ids, count, sign);
         return;
     }

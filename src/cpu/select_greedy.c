@@ -75,7 +75,7 @@ static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_
     int64_t ids[TODRE_SEL_AMX_BATCH];
     double val[TODRE_SEL_AMX_BATCH];
     int m = 0;
-    const int cap = (int)s->be->base.caps.rows_batch - 1; /* <= TODRE_SEL_AMX_BATCH - 1 */
+    const int cap = s->rows_batch - 1; /* <= TODRE_SEL_AMX_BATCH - 1 (follow_plan) */
     for (int64_t v = 0; v < s->n; v++) {
         if (s->taken[v] || r->slot[v] >= 0) continue;
         double x = sign * s->acc[v];

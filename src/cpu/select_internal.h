@@ -54,6 +54,12 @@ struct todre_sel_seg {
     const struct todre_select_job *job;
     const struct todre_select_plan *plan; /* the core's plan for this set */
     int nthreads;
+
+    /* ROWS (set by select.c, follow_plan): 1 = the AMX kernel makes the
+     * rows, 0 = the FMA kernels (select_rows.h); rows per batch of that
+     * kernel (the greedy loop's speculative batch) */
+    int rows_amx;
+    int rows_batch;
 };
 
 /* Pivot of a MAX_SUM / MAX_MIN set (job->pivot, range applied). Computes
@@ -77,7 +83,7 @@ todre_status todre_sel_cls_topk(struct todre_sel_seg *s, int64_t *sel, struct to
  * or NULL with the status set. */
 const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag);
 
-/* Gram rows made on demand (AMX only), TODRE_SEL_AMX_BATCH rows at a time,
+/* Gram rows made on demand (AMX or the FMA kernels), s->rows_batch rows at a time,
  * kept in a store of `slots` rows (the plan's store_rows): row c of the raw dots lies at
  * g + slot[c] * ld while slot[c] >= 0. A row is needed once (when its token
  * is selected), so a used row is dropped, and unused ones may be evicted
@@ -92,9 +98,11 @@ struct todre_sel_rows {
     struct todre_sel_rows_fma fma; /* below AMX: rows as panels, a batch in fp32 */
 };
 
-/* Pack all rows as B tiles once, empty store of s->plan->store_rows rows
- * (sized by the planner within the workspace limit); fails like
- * todre_sel_gram when memory runs out. Needs AMX for s->dtype. */
+/* Pack all rows once (AMX: B tiles; FMA: panels), empty store of
+ * s->plan->store_rows rows (sized by follow_plan so that the packed rows and
+ * the store fit the workspace limit together: todre_sel_amx_rows_slots,
+ * todre_sel_rows_fma_slots); fails like todre_sel_gram when memory runs
+ * out. With s->rows_amx, needs AMX for s->dtype. */
 todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
                                  struct todre_diag *diag);
 
@@ -103,6 +111,13 @@ todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows 
  * tokens have the worst values sign * s->acc. */
 void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, const int64_t *ids,
                           int count, int sign);
+
+/* The store a ROWS plan of @p planned rows can keep on AMX beside the
+ * packed rows (all rows as B tiles: 4 bytes a value for f16, 2 for bf16),
+ * the batch's tiles and its output, within the workspace limit: @p planned
+ * or fewer, and 0 when less than min(n, 2 TODRE_SEL_AMX_BATCH) rows fit
+ * (the set then runs on the FMA kernels, or as GEMV). */
+int64_t todre_sel_amx_rows_slots(const struct todre_sel_seg *s, int64_t planned);
 
 /* Free the slot of stored row c once it has been used. */
 void todre_sel_rows_drop(struct todre_sel_rows *r, int64_t c);

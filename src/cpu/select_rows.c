@@ -37,11 +37,12 @@ _Static_assert(AROWS % MR == 0 && AROWS >= TODRE_SEL_AMX_BATCH, "batch rows in M
 
 /* Not on the generic level: there the portable kernel (kept for the
  * dispatch's completeness) is slower than BLAS's GRAM, which the planner
- * takes instead (cpu_backend.c declares no ROWS). */
+ * takes instead (cpu_backend.c declares no ROWS). On the AMX level, the
+ * AVX-512 kernel makes the rows of a set whose AMX pack does not fit the
+ * workspace limit (select.c, follow_plan). */
 int todre_sel_rows_fma_usable(void)
 {
-    enum todre_cpu_isa isa = todre_cpu_isa();
-    return isa >= TODRE_CPU_ISA_AVX2 && isa < TODRE_CPU_ISA_AMX;
+    return todre_cpu_isa() >= TODRE_CPU_ISA_AVX2;
 }
 
 static int64_t esize(todre_dtype dt) { return dt == TODRE_DTYPE_F32 ? 4 : 2; }
