@@ -102,6 +102,14 @@ struct todre_backend_caps {
      * n. ROWS needs the fast unit and a 16-bit dtype. */
     int64_t rows_batch;
     int64_t rows_row_bytes_per_n; /* ROWS: bytes of store per stored row, per token (4) */
+    /* ROWS beside a fast unit: > 0 when FMA units also make rows, of the
+     * dtypes the fast unit does not take (CPU with AMX: f32), this many per
+     * batch, at gram_fma_per_ns (src/select_plan.c); 0 = no such units. */
+    int64_t rows_fma_batch;
+    /* ROWS by FMA units: their rate; 0 = ROWS_FMA_RATE_FACTOR times
+     * gram_fma_per_ns (src/select_plan.c). A backend whose GRAM rate is
+     * scaled for its BLAS (CPU: blas_class.h) declares it unscaled here. */
+    double rows_fma_per_ns;
 };
 
 /* The core's resolved choice for one token set. */

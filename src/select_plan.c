@@ -43,7 +43,15 @@
  *   pack_bytes_per_ns  conversion and packing before products (above).
  *   rows_batch       ROWS: rows made per batch (also the fast unit's
  *                    padding); ROWS needs rows_batch > 0 and either the
- *                    fast unit and a 16-bit dtype, or no fast unit. Rows are made at the fast rate; about
+ *                    fast unit and a 16-bit dtype, or no fast unit, or
+ *                    rows_fma_batch > 0.
+ *   rows_fma_per_ns  > 0: the FMA units' ROWS rate (else ROWS_FMA_RATE_FACTOR
+ *                    * gram_fma_per_ns, below).
+ *   rows_fma_batch   > 0: beside a fast unit, FMA units make the rows of
+ *                    the dtypes it does not take (CPU with AMX: f32), this
+ *                    many per batch, costed as without a fast unit (below);
+ *                    the batch size and store for such a set use it in
+ *                    place of rows_batch. Rows are made at the fast rate; about
  *                    10 of every 32 rows of a batch are used (measured 10 to
  *                    26 on clustered and Gaussian data, docs/bench_stage1.md,
  *                    taken low), so ROWS costs
@@ -139,12 +147,22 @@ static int gram_fast(const struct todre_backend *be, int64_t n, todre_dtype dt)
            np * np * sizeof(float) <= (double)be->params.workspace_limit;
 }
 
-/* Whether ROWS can make this set's rows: on the fast unit, or, on a
- * backend that declares ROWS without one, by FMA units from rows of any
- * dtype (CPU below AMX, src/cpu/select_rows.h), at gram_fma_per_ns. */
+/* Whether ROWS can make this set's rows: on the fast unit, or by FMA units
+ * at gram_fma_per_ns (src/cpu/select_rows.h): from rows of any dtype on a
+ * backend that declares ROWS without a fast unit (CPU below AMX), and from
+ * the dtypes the fast unit does not take where rows_fma_batch says so (CPU
+ * with AMX: f32). */
 static int rows_unit(const struct todre_backend *be, todre_dtype dt)
 {
-    return fast_unit(be, dt) || be->caps.gram_fast_fma_per_ns <= 0;
+    return fast_unit(be, dt) || be->caps.gram_fast_fma_per_ns <= 0 || be->caps.rows_fma_batch > 0;
+}
+
+/* Rows per ROWS batch for this dtype: the fast unit's rows_batch, else the
+ * FMA units' rows_fma_batch where declared, else rows_batch. */
+static int64_t rows_batch(const struct todre_backend *be, todre_dtype dt)
+{
+    const struct todre_backend_caps *c = &be->caps;
+    return fast_unit(be, dt) || c->rows_fma_batch <= 0 ? c->rows_batch : c->rows_fma_batch;
 }
 
 /* Rows the ROWS store holds within the limit (the batch output counts too),
@@ -154,14 +172,21 @@ static int rows_unit(const struct todre_backend *be, todre_dtype dt)
 static int64_t rows_store(const struct todre_backend *be, int64_t n, todre_dtype dt)
 {
     const struct todre_backend_caps *c = &be->caps;
-    if (!has_strategy(c, TODRE_STRATEGY_ROWS) || !rows_unit(be, dt) || c->rows_batch <= 0 ||
+    const int64_t batch = rows_batch(be, dt);
+    if (!has_strategy(c, TODRE_STRATEGY_ROWS) || !rows_unit(be, dt) || batch <= 0 ||
         c->rows_row_bytes_per_n <= 0 || n > INT32_MAX)
         return 0;
-    double row = padded(n, c->rows_batch) * (double)c->rows_row_bytes_per_n;
-    double fit = floor((double)be->params.workspace_limit / row) - (double)c->rows_batch;
-    int64_t need = n < 2 * c->rows_batch ? n : 2 * c->rows_batch;
+    double row = padded(n, batch) * (double)c->rows_row_bytes_per_n;
+    double fit = floor((double)be->params.workspace_limit / row) - (double)batch;
+    int64_t need = n < 2 * batch ? n : 2 * batch;
     if (fit < (double)need) return 0;
     return fit < (double)n ? (int64_t)fit : n;
+}
+
+/* The FMA units' ROWS rate: declared, or relative to the BLAS GRAM rate. */
+static double rows_fma_rate(const struct todre_backend_caps *c)
+{
+    return c->rows_fma_per_ns > 0 ? c->rows_fma_per_ns : c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR;
 }
 
 /* Rule 4: the cost model. */
@@ -187,14 +212,14 @@ static int32_t cheapest(const struct todre_backend *be, int64_t n_, int64_t k_, 
         if (gram < best) best = gram, plan = TODRE_STRATEGY_GRAM;
     }
     if (store) {
-        double used = (double)c->rows_batch *
-                      (fast_unit(be, dt) ? ROWS_USED_FRACTION : ROWS_FMA_USED_FRACTION);
+        double batch = (double)rows_batch(be, dt);
+        double used = batch * (fast_unit(be, dt) ? ROWS_USED_FRACTION : ROWS_FMA_USED_FRACTION);
         double batches = ceil((double)(k_ - 1) / used);
         double rows = fast_unit(be, dt)
-            ? cost(batches * (double)c->rows_batch * n * d * prod, c->gram_fast_fma_per_ns) +
+            ? cost(batches * batch * n * d * prod, c->gram_fast_fma_per_ns) +
                   cost(n * d * pack, c->pack_bytes_per_ns)
             /* FMA units: one product per pair, rows packed as stored */
-            : cost(batches * (double)c->rows_batch * n * d, c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR) +
+            : cost(batches * batch * n * d, rows_fma_rate(c)) +
                   cost(2 * n * d * esz, c->pack_bytes_per_ns);
         if (rows < best) plan = TODRE_STRATEGY_ROWS;
     }

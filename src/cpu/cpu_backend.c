@@ -9,6 +9,7 @@
 #include <omp.h>
 #endif
 
+#include "blas_class.h"
 #include "cpu_internal.h"
 #include "select_amx.h"
 #include "select_rows.h"
@@ -27,6 +28,18 @@
 #define CPU_AMX_FMA_PER_NS 1200.0
 #define CPU_PACK_BYTES_PER_NS 12.0
 
+/* OpenBLAS's own query, bound weakly: NULL where another BLAS stands behind
+ * cblas (a distribution's BLAS alternatives). */
+extern char *openblas_get_corename(void) __attribute__((weak));
+
+/* The GRAM rate assumes BLAS kernels of the CPU's own class; scaled down
+ * where OpenBLAS runs lesser ones (blas_class.h). */
+static double blas_rate_factor(void)
+{
+    const char *core = openblas_get_corename ? openblas_get_corename() : NULL;
+    return todre_cpu_blas_rate_factor(core, todre_cpu_isa());
+}
+
 static void cpu_caps(struct todre_backend_caps *caps)
 {
     int amx = todre_cpu_isa() == TODRE_CPU_ISA_AMX;
@@ -34,7 +47,10 @@ static void cpu_caps(struct todre_backend_caps *caps)
     caps->strategies = 1u << TODRE_STRATEGY_GEMV | 1u << TODRE_STRATEGY_GRAM;
     caps->gram_max_n = 0; /* host memory: only the workspace limit bounds it */
     caps->gemv_bytes_per_ns = CPU_GEMV_BYTES_PER_NS;
-    caps->gram_fma_per_ns = CPU_GRAM_FMA_PER_NS;
+    caps->gram_fma_per_ns = CPU_GRAM_FMA_PER_NS * blas_rate_factor();
+    /* libtodre's FMA kernels (select_rows.c) do not depend on BLAS: their
+     * ROWS rate, 1.1 times a BLAS of the CPU's class (src/select_plan.c) */
+    caps->rows_fma_per_ns = CPU_GRAM_FMA_PER_NS * 1.1;
     caps->pack_bytes_per_ns = CPU_PACK_BYTES_PER_NS;
     if (amx) {
         /* AMX multiplies bf16 pairs exactly (f16 through the exact split),
@@ -44,6 +60,8 @@ static void cpu_caps(struct todre_backend_caps *caps)
         caps->gram_fast_fma_per_ns = CPU_AMX_FMA_PER_NS;
         caps->rows_batch = TODRE_SEL_AMX_BATCH;
         caps->rows_row_bytes_per_n = (int64_t)sizeof(float);
+        /* f32 rows (no exact AMX split): the AVX-512 FMA kernel, as below */
+        caps->rows_fma_batch = TODRE_SEL_ROWS_BATCH;
     } else if (todre_cpu_isa() >= TODRE_CPU_ISA_AVX2) {
         /* AVX2 / AVX-512: the FMA kernels (select_rows.h) make rows of any dtype,
          * TODRE_SEL_ROWS_BATCH at a time, at about the BLAS rate: ROWS

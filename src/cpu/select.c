@@ -185,7 +185,8 @@ static todre_status follow_plan(struct todre_sel_seg *s, struct todre_select_pla
         if (!todre_sel_gram_fits(s)) plan->strategy = TODRE_STRATEGY_GEMV;
         return TODRE_OK;
     case TODRE_STRATEGY_ROWS: {
-        int64_t need = s->n < TODRE_SEL_AMX_BATCH ? s->n : TODRE_SEL_AMX_BATCH;
+        /* the planner's store holds two batches of the kernel it costed */
+        int64_t need = s->n < TODRE_SEL_ROWS_BATCH ? s->n : TODRE_SEL_ROWS_BATCH;
         int amx = todre_sel_amx_usable(s->job->emb_dtype);
         if (!(amx || todre_sel_rows_fma_usable()) || plan->store_rows < need ||
             plan->store_rows > s->n || s->n > INT32_MAX)

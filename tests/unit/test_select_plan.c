@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "../../src/select_plan.c"
+#include "../../src/cpu/blas_class.h"
 
 #define MIB (1024ll * 1024ll)
 #define DEFAULT_LIMIT (256 * MIB)
@@ -179,6 +180,56 @@ static void auto_fma_rows(void **state)
     assert_plan(plan1(&be, 2880, 720, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 886, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
+}
+
+/* With AMX, f32 sets (no exact bf16 split) get their rows from the FMA
+ * kernels (rows_fma_batch, src/cpu/cpu_backend.c): ROWS in batches of 12
+ * with the crossovers of auto_fma_rows, a store sized by that batch, while
+ * 16-bit sets stay on AMX. Without rows_fma_batch (the caps before),
+ * f32 had no ROWS there. */
+static void auto_amx_f32_on_fma(void **state)
+{
+    (void)state;
+    struct todre_backend be = cpu_amx(DEFAULT_LIMIT, TODRE_STRATEGY_AUTO);
+    be.caps.rows_fma_batch = 12;
+    assert_plan(plan1(&be, 2880, 11, 4096, F32, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 12, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 886, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    /* a limit of 100 rows of n floats: 100 - 12 stored f32 rows, 100 - 32 f16 */
+    struct todre_backend small = cpu_amx((int64_t)100 * 2880 * 4, TODRE_STRATEGY_ROWS);
+    small.caps.rows_fma_batch = 12;
+    assert_plan(plan1(&small, 2880, 288, 4096, F32, MAX_SUM, CENTER), ROWS, 88);
+    assert_plan(plan1(&small, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 68);
+    be.caps.rows_fma_batch = 0;
+    assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
+}
+
+/* OpenBLAS's kernel class against the CPU's (src/cpu/blas_class.h): the
+ * GRAM rate is scaled down only where OpenBLAS runs lesser kernels than the
+ * level in use (Debian 12's OpenBLAS runs "Prescott" on Emerald Rapids),
+ * and then AUTO leaves GRAM for ROWS where the FMA kernels are faster. */
+static void blas_class_scales_gram(void **state)
+{
+    (void)state;
+    assert_true(fabs(todre_cpu_blas_rate_factor("Prescott", TODRE_CPU_ISA_AMX) - 1.0 / 4.4) < 1e-12);
+    assert_true(fabs(todre_cpu_blas_rate_factor("prescott", TODRE_CPU_ISA_AVX512) - 1.0 / 4.4) < 1e-12);
+    assert_true(fabs(todre_cpu_blas_rate_factor("Haswell", TODRE_CPU_ISA_AVX512) - 2.05 / 4.4) < 1e-12);
+    assert_true(fabs(todre_cpu_blas_rate_factor("Sandybridge", TODRE_CPU_ISA_AVX2) - 1.45 / 2.05) < 1e-12);
+    assert_true(todre_cpu_blas_rate_factor("Haswell", TODRE_CPU_ISA_AVX2) == 1.0);
+    assert_true(todre_cpu_blas_rate_factor("Zen", TODRE_CPU_ISA_AVX2) == 1.0);
+    assert_true(todre_cpu_blas_rate_factor("SkylakeX", TODRE_CPU_ISA_AVX2) == 1.0); /* better: as is */
+    assert_true(todre_cpu_blas_rate_factor("SapphireRapids", TODRE_CPU_ISA_AMX) == 1.0);
+    assert_true(todre_cpu_blas_rate_factor("SomeFutureCore", TODRE_CPU_ISA_AVX512) == 1.0);
+    assert_true(todre_cpu_blas_rate_factor(NULL, TODRE_CPU_ISA_AVX512) == 1.0); /* not OpenBLAS */
+    assert_true(todre_cpu_blas_rate_factor("Prescott", TODRE_CPU_ISA_GENERIC) == 1.0);
+    struct todre_backend be = cpu_fma(DEFAULT_LIMIT, TODRE_STRATEGY_AUTO);
+    be.caps.rows_fma_per_ns = 135 * 1.1; /* as the CPU declares it */
+    assert_plan(plan1(&be, 2880, 1400, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
+    be.caps.gram_fma_per_ns *= todre_cpu_blas_rate_factor("Prescott", TODRE_CPU_ISA_AVX512);
+    assert_plan(plan1(&be, 2880, 1400, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
 }
 
 static void auto_unknown_rates(void **state)
@@ -511,6 +562,8 @@ int main(void)
         cmocka_unit_test(auto_amx_benchmark_case),
         cmocka_unit_test(auto_without_fast_unit),
         cmocka_unit_test(auto_fma_rows),
+        cmocka_unit_test(auto_amx_f32_on_fma),
+        cmocka_unit_test(blas_class_scales_gram),
         cmocka_unit_test(auto_unknown_rates),
         cmocka_unit_test(limit_zero_is_gemv_everywhere),
         cmocka_unit_test(requested_strategies_fall_back),
