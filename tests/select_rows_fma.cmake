@@ -20,5 +20,15 @@ if(TARGET test_select_rows_fma)
     add_test(NAME unit.select_rows_fma.${_isa} COMMAND test_select_rows_fma)
     set_tests_properties(unit.select_rows_fma.${_isa} PROPERTIES
       ENVIRONMENT "${TODRE_TEST_ENV};TODRE_CPU_ISA=${_isa}" TIMEOUT 300)
+    # Gram matrices (GRAM, the ISOLATED pivot) on the FMA kernels and on
+    # BLAS, whichever the backend would choose here ($TODRE_CPU_GRAM,
+    # src/cpu/cpu_backend.c): both must equal GEMV on the exact inputs
+    if(NOT _isa STREQUAL "scalar")
+      foreach(_gram fma blas)
+        add_test(NAME unit.select_rows_fma.${_isa}.gram_${_gram} COMMAND test_select_rows_fma)
+        set_tests_properties(unit.select_rows_fma.${_isa}.gram_${_gram} PROPERTIES
+          ENVIRONMENT "${TODRE_TEST_ENV};TODRE_CPU_ISA=${_isa};TODRE_CPU_GRAM=${_gram}" TIMEOUT 300)
+      endforeach()
+    endif()
   endforeach()
 endif()

@@ -21,6 +21,13 @@ if(TARGET test_select_ties)
       list(APPEND _isas avx512)
     endif()
   endif()
+  # the best path with Gram matrices on the FMA kernels and on BLAS
+  # ($TODRE_CPU_GRAM, src/cpu/cpu_backend.c), whichever is the default here
+  foreach(_gram fma blas)
+    add_test(NAME unit.select_ties.gram_${_gram} COMMAND test_select_ties)
+    set_tests_properties(unit.select_ties.gram_${_gram} PROPERTIES
+      ENVIRONMENT "${TODRE_TEST_ENV};TODRE_CPU_GRAM=${_gram};OMP_WAIT_POLICY=passive" TIMEOUT 600)
+  endforeach()
   foreach(_isa ${_isas})
     add_test(NAME unit.select_ties.${_isa} COMMAND test_select_ties)
     set_tests_properties(unit.select_ties.${_isa} PROPERTIES

@@ -32,12 +32,23 @@
  * cblas (a distribution's BLAS alternatives). */
 extern char *openblas_get_corename(void) __attribute__((weak));
 
-/* The GRAM rate assumes BLAS kernels of the CPU's own class; scaled down
- * where OpenBLAS runs lesser ones (blas_class.h). */
-static double blas_rate_factor(void)
+/* Who makes Gram matrices (struct todre_cpu_backend, gram_fma): BLAS,
+ * unless OpenBLAS runs kernels of a lesser class than the CPU's
+ * (blas_class.h: Debian 12's OpenBLAS on Emerald Rapids runs its SSE3
+ * kernels, 4.4x slower) and the FMA kernels serve this process; there they
+ * make the matrix about as fast as a BLAS of the CPU's class (the ISOLATED
+ * pivot at n = 2880, f32: 589-643 ms with OpenBLAS's Prescott kernels,
+ * 221-226 ms on the FMA kernels, 178-193 ms with OPENBLAS_CORETYPE=SkylakeX;
+ * docs/benchmarks.md). $TODRE_CPU_GRAM=fma or blas overrides the choice
+ * (diagnostics and tests, as $TODRE_CPU_ISA). */
+static int gram_on_fma(void)
 {
+    if (!todre_sel_rows_fma_usable()) return 0;
+    const char *e = getenv("TODRE_CPU_GRAM");
+    if (e && strcmp(e, "fma") == 0) return 1;
+    if (e && strcmp(e, "blas") == 0) return 0;
     const char *core = openblas_get_corename ? openblas_get_corename() : NULL;
-    return todre_cpu_blas_rate_factor(core, todre_cpu_isa());
+    return todre_cpu_blas_rate_factor(core, todre_cpu_isa()) < 1.0;
 }
 
 static void cpu_caps(struct todre_backend_caps *caps)
@@ -47,9 +58,10 @@ static void cpu_caps(struct todre_backend_caps *caps)
     caps->strategies = 1u << TODRE_STRATEGY_GEMV | 1u << TODRE_STRATEGY_GRAM;
     caps->gram_max_n = 0; /* host memory: only the workspace limit bounds it */
     caps->gemv_bytes_per_ns = CPU_GEMV_BYTES_PER_NS;
-    caps->gram_fma_per_ns = CPU_GRAM_FMA_PER_NS * blas_rate_factor();
-    /* libtodre's FMA kernels (select_rows.c) do not depend on BLAS: their
-     * ROWS rate, 1.1 times a BLAS of the CPU's class (src/select_plan.c) */
+    /* a BLAS of the CPU's class, or the FMA kernels where OpenBLAS is
+     * weaker (gram_on_fma): about the same rate */
+    caps->gram_fma_per_ns = CPU_GRAM_FMA_PER_NS;
+    /* the FMA kernels' ROWS rate: 1.1 times that (src/select_plan.c) */
     caps->rows_fma_per_ns = CPU_GRAM_FMA_PER_NS * 1.1;
     caps->pack_bytes_per_ns = CPU_PACK_BYTES_PER_NS;
     if (amx) {
@@ -153,6 +165,7 @@ static todre_status cpu_create(int device, struct todre_backend **out, struct to
     be->base.device_type = TODRE_DEVICE_HOST;
     be->base.device = 0;
     cpu_caps(&be->base.caps);
+    be->gram_fma = gram_on_fma();
     *out = &be->base;
     return TODRE_OK;
 }

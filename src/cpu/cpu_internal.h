@@ -21,6 +21,11 @@ struct todre_cpu_backend {
     struct todre_backend base; /* first: the core sees only this */
     void *ws[TODRE_CPU_WS_COUNT];
     size_t ws_size[TODRE_CPU_WS_COUNT];
+    /* Gram matrices of fp32 / widened rows (GRAM, the ISOLATED pivot): 1 =
+     * libtodre's FMA kernels (select_rows.h), where OpenBLAS runs kernels of
+     * a lesser class than the CPU's (blas_class.h) or $TODRE_CPU_GRAM=fma;
+     * 0 = BLAS (cpu_backend.c, cpu_create). */
+    int gram_fma;
 };
 
 /* Return a 64-byte aligned buffer of at least @p bytes for @p slot (contents

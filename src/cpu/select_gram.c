@@ -271,9 +271,38 @@ static void mirror_upper(float *g, int64_t n, int nt)
     }
 }
 
+/* The FMA kernels make the matrix (todre_sel_gram_fma_upper) where the
+ * backend chose them over BLAS (gram_fma, cpu_backend.c) and the packed
+ * rows fit beside the matrix within the limit; not for a set read through
+ * the guard's fp32 copy, which lies in the slot the packed rows need. Each
+ * pair's product is the ROWS kernels' (the same for (i, j) and (j, i)). */
+static int use_fma(const struct todre_sel_seg *s)
+{
+    if (!s->be->gram_fma || s->f32) return 0;
+    return (double)todre_sel_gram_fma_bytes(s) <= (double)s->be->base.params.workspace_limit;
+}
+
+static const float *gram_fma(struct todre_sel_seg *s, todre_status *st, struct todre_diag *diag)
+{
+    int64_t n = s->n, ld = todre_sel_gram_fma_ld(n);
+    float *g = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C,
+                                   (size_t)n * (size_t)ld * sizeof(float));
+    if (!g) {
+        snprintf(diag->buf, diag->cap, "workspace: cannot allocate a %lld x %lld Gram matrix",
+                 (long long)n, (long long)n);
+        *st = TODRE_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    *st = todre_sel_gram_fma_upper(s, g, diag);
+    if (*st != TODRE_OK) return NULL;
+    compact(g, n, ld);
+    mirror_upper(g, n, s->nthreads);
+    return g;
+}
+
 int todre_sel_gram_fits(const struct todre_sel_seg *s)
 {
-    if (use_amx(s)) return 1;
+    if (use_amx(s) || use_fma(s)) return 1;
     double n = (double)s->n, row = widened_row_bytes(s);
     double left = tile_budget(s) - n * n * sizeof(float);
     double tiles = row == 0 ? 0 : row * (n < 2 * MIN_TILE ? n : 2 * MIN_TILE);
@@ -286,6 +315,7 @@ const float *todre_sel_gram(struct todre_sel_seg *s, todre_status *st, struct to
     if (use_amx(s)) {
         return gram_amx(s, st, diag); /* both triangles already */
     }
+    if (use_fma(s)) return gram_fma(s, st, diag);
     int64_t n = s->n, d = s->d;
     /* row tiles of T rows: each widened once as A, and as B for the tiles
      * left of the diagonal; two T x d buffers within what the limit leaves

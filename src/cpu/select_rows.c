@@ -295,7 +295,8 @@ static micro_fn micro_for(todre_dtype dt)
     return f16 ? micro_generic_f16 : bf16 ? micro_generic_bf16 : micro_generic_f32;
 }
 
-/* out[r * npad + v] = dot(batch row r, row v) for r < count, v < npad.
+/* out[r * npad + v] = dot(batch row r, row v) for r < count, v in the
+ * panels from p_first on (v >= p_first NR).
  *
  * A thread owns a range of panels and runs each panel's K blocks in order
  * (the batch's block of 6 x 128 fp32 per MR group comes from L2, the
@@ -306,7 +307,7 @@ static micro_fn micro_for(todre_dtype dt)
  * would be evicted by a cyclic sweep before their next use; sweeping back
  * and forth finds the rows used last still in the cache. */
 static void batch_products(const struct todre_sel_seg *s, struct todre_sel_rows_fma *f,
-                           float *out, int count)
+                           float *out, int count, int64_t p_first)
 {
     const int64_t d = s->d, np = f->npad / NR, ld = f->npad, es = esize(f->dtype);
     const int groups = (count + MR - 1) / MR;
@@ -319,7 +320,7 @@ static void batch_products(const struct todre_sel_seg *s, struct todre_sel_rows_
         t = omp_get_thread_num();
         nt = omp_get_num_threads();
 #endif
-        int64_t p0 = np * t / nt, p1 = np * (t + 1) / nt;
+        int64_t p0 = p_first + (np - p_first) * t / nt, p1 = p_first + (np - p_first) * (t + 1) / nt;
         for (int64_t i = p0; i < p1; i++) {
             int64_t p = back ? p1 - 1 - (i - p0) : i;
             for (int64_t kb = 0; kb * KC < d; kb++) {
@@ -366,6 +367,40 @@ void todre_sel_rows_fma_batch(struct todre_sel_seg *s, struct todre_sel_rows *r,
                               const int64_t *ids, int count, int sign)
 {
     pack_batch(s, &r->fma, ids, count);
-    batch_products(s, &r->fma, r->out, count);
+    batch_products(s, &r->fma, r->out, count, 0);
     todre_sel_store_place(s, r, ids, count, sign);
+}
+
+/* ---- the Gram matrix on the same kernels --------------------------------- */
+
+int64_t todre_sel_gram_fma_ld(int64_t n) { return pad_nr(n); }
+
+size_t todre_sel_gram_fma_bytes(const struct todre_sel_seg *s)
+{
+    return pack_bytes(s->n, s->d, s->dtype) +
+           (size_t)s->n * (size_t)pad_nr(s->n) * sizeof(float);
+}
+
+todre_status todre_sel_gram_fma_upper(struct todre_sel_seg *s, float *g, struct todre_diag *diag)
+{
+    struct todre_sel_rows_fma f = {.npad = pad_nr(s->n), .dtype = s->dtype, .pass = 0};
+    char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
+    if (!b) {
+        snprintf(diag->buf, diag->cap, "workspace: cannot pack %lld rows for a Gram matrix",
+                 (long long)s->n);
+        return TODRE_ERR_OUT_OF_MEMORY;
+    }
+    f.cols = b;
+    f.a = (float *)(b + align64((size_t)f.npad * (size_t)s->d * (size_t)esize(s->dtype)));
+    pack_cols(s, &f);
+    int64_t ids[AROWS];
+    /* batches of AROWS rows: each B block loaded serves AROWS rows, and a
+     * batch needs only the panels from its first row's on */
+    for (int64_t i0 = 0; i0 < s->n; i0 += AROWS) {
+        int count = s->n - i0 < AROWS ? (int)(s->n - i0) : AROWS;
+        for (int r = 0; r < count; r++) ids[r] = i0 + r;
+        pack_batch(s, &f, ids, count);
+        batch_products(s, &f, g + i0 * f.npad, count, i0 / NR);
+    }
+    return TODRE_OK;
 }

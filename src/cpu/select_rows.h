@@ -61,4 +61,14 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
 void todre_sel_rows_fma_batch(struct todre_sel_seg *s, struct todre_sel_rows *r,
                               const int64_t *ids, int count, int sign);
 
+/* The Gram matrix of all rows on the same kernels (select_gram.c decides
+ * when): todre_sel_gram_fma_upper writes, into g (n rows of
+ * todre_sel_gram_fma_ld(n) floats, slot C), dot(row i, row j) for every
+ * j >= i (and some j < i), each pair as the ROWS kernels make it, packing
+ * all rows into slot B first; todre_sel_gram_fma_bytes is what both slots
+ * take. */
+int64_t todre_sel_gram_fma_ld(int64_t n);
+size_t todre_sel_gram_fma_bytes(const struct todre_sel_seg *s);
+todre_status todre_sel_gram_fma_upper(struct todre_sel_seg *s, float *g, struct todre_diag *diag);
+
 #endif /* TODRE_SRC_CPU_SELECT_ROWS_H */
