@@ -79,6 +79,23 @@ def test_json_equals_what_the_api_reports():
     assert blas["config"].startswith("OpenBLAS ") and blas["threads"] >= 1
 
 
+def test_blas_note_names_an_openblas_older_than_the_cpu():
+    """An OpenBLAS that runs kernels of a lesser class than the level libtodre
+    uses gets a line (as src/cpu/blas_class.h ranks them); one of the CPU's
+    class or better, an unknown core or the generic level get none."""
+    note = todre_main.blas_note("Prescott", "amx")
+    assert note and "Prescott" in note and "OPENBLAS_CORETYPE=SkylakeX" in note
+    assert "OPENBLAS_CORETYPE=Haswell" in todre_main.blas_note("Sandybridge", "avx2")
+    assert "SkylakeX" in todre_main.blas_note("haswell", "avx512")
+    for core, arch in (("SkylakeX", "amx"), ("Haswell", "avx2"), ("SkylakeX", "avx2"),
+                       ("Zen", "avx2"), ("NewCore", "avx512"), (None, "amx"),
+                       ("Prescott", "generic"), ("Prescott", None)):
+        assert todre_main.blas_note(core, arch) is None, (core, arch)
+    data = json.loads(_run("info", "--json"))
+    cpu = todre.devices("cpu")[0]
+    assert data["openblas"]["note"] == todre_main.blas_note(data["openblas"].get("core"), cpu.arch)
+
+
 def test_module_main_and_console_script_agree(capsys):
     assert todre_main.main(["info", "--json"]) == 0
     a = json.loads(capsys.readouterr().out)

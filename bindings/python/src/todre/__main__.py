@@ -39,6 +39,31 @@ def _openblas():
     return info
 
 
+# OpenBLAS cores by kernel class (1 SSE, 2 AVX, 3 AVX2, 4 AVX-512), as
+# src/cpu/blas_class.h ranks them, and the class each CPU level expects.
+_BLAS_CLASS = {**{c: 4 for c in ("skylakex", "cooperlake", "sapphirerapids")},
+               **{c: 3 for c in ("haswell", "zen", "excavator")},
+               **{c: 2 for c in ("sandybridge", "bulldozer", "piledriver", "steamroller")},
+               **{c: 1 for c in ("prescott", "core2", "penryn", "dunnington", "nehalem", "atom",
+                                 "barcelona", "opteron", "opteron_sse3", "bobcat", "nano",
+                                 "katmai", "coppermine", "northwood", "banias", "athlon")}}
+_LEVEL_CLASS = {"avx2": 3, "avx512": 4, "amx": 4}
+
+
+def blas_note(core, arch):
+    """A line for an OpenBLAS whose kernels are of a lesser class than the
+    CPU level libtodre uses (an OpenBLAS older than the CPU: Debian 12's runs
+    'Prescott' on Emerald Rapids), else None."""
+    have = _BLAS_CLASS.get((core or "").lower())
+    want = _LEVEL_CLASS.get(arch or "")
+    if not have or not want or have >= want:
+        return None
+    fix = "SkylakeX" if want == 4 else "Haswell"
+    return (f"OpenBLAS runs its {core} kernels on this {arch} CPU: libtodre makes Gram "
+            f"matrices on its own kernels instead; OPENBLAS_CORETYPE={fix} speeds up what "
+            f"still uses BLAS (docs/building.md)")
+
+
 def collect():
     """Everything `info` prints, as a dict (the --json output)."""
     import todre
@@ -56,6 +81,11 @@ def collect():
         "cpu_isa_override": os.environ.get("TODRE_CPU_ISA", ""),
         "backends": [],
     }
+    blas = out["openblas"]
+    if blas is not None:
+        cpus = [d for b in todre.backends() if b.name == "cpu" and b.available
+                for d in todre.devices("cpu")]
+        blas["note"] = blas_note(blas.get("core"), cpus[0].arch if cpus else None)
     config = _lib.build_config()
     if config is not None:
         out["build"] = {"cuda_major": config.cuda_major,
@@ -126,6 +156,8 @@ def print_text(info, file=sys.stdout):
                                       f"{blas['threads']} threads" if "threads" in blas
                                       else "") if x)
         p(f"OpenBLAS: {blas['path']}" + (f" ({extra})" if extra else ""))
+        if blas.get("note"):
+            p("  " + blas["note"])
     if info["cublas_preloaded"]:
         p("cuBLAS: " + ", ".join(info["cublas_preloaded"]) + " (NVIDIA runtime wheels)")
     if info["cpu_isa_override"]:
