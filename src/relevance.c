@@ -589,6 +589,13 @@ todre_status todre_relevance_observe_qk(todre_context *ctx, todre_relevance *r, 
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
                           "scale: %g is above FLT_MAX = %g (scores are computed in float32)",
                           scale, (double)FLT_MAX);
+    /* ... and a smaller one than FLT_MIN would round to a subnormal or to 0,
+     * changing every score silently (found by fuzz_relevance: scale 1e-75
+     * with |q . k| near 1e75 gave uniform attention and wrong ratios). */
+    if (scale < FLT_MIN)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "scale: %g is below FLT_MIN = %g (scores are computed in float32)",
+                          scale, (double)FLT_MIN);
     struct todre_relevance_qk_job job;
     memset(&job, 0, sizeof job);
     if ((st = begin_chunk(ctx, r, layer, "k", Q, K, &job.c)) != TODRE_OK) return st;

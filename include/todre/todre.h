@@ -599,7 +599,7 @@ TODRE_API todre_status todre_relevance_observe_probs(todre_context *ctx, todre_r
  *         [B, H_kv, K, dh]; H a multiple of H_kv (grouped-query attention),
  *         H <= 2^20, B x H x Q x K <= INT64_MAX; float32/16/bfloat16, same
  *         dtype, on the context's device, any strides.
- *  @param scale softmax scale (> 0, finite, at most FLT_MAX); 0 means
+ *  @param scale softmax scale (in [FLT_MIN, FLT_MAX]); 0 means
  *         1/sqrt(dh). Scores scale * q . k that overflow float32 return
  *         TODRE_ERR_NONFINITE.
  *  @param decisions NULL or host int32 [B], as for observe_probs.

@@ -10,8 +10,8 @@
  * A model written from docs/semantics.md predicts every call, beyond ASan /
  * UBSan / LSan:
  *  - the status: INVALID_ARGUMENT for a layer outside [0, L), K above the
- *    types' length or a scale that is negative, not finite or above
- *    FLT_MAX, STATE for a chunk that does not continue the previous one of
+ *    types' length or a scale that is negative, not finite, above
+ *    FLT_MAX or below FLT_MIN (0 is the default), STATE for a chunk that does not continue the previous one of
  *    its layer, NONFINITE exactly when an active sequence's input holds
  *    NaN / Inf or (q / k) a score the library computes overflows float32
  *    (either status within rounding of FLT_MAX), else OK; the message
@@ -388,6 +388,8 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
     else if (qk && !(scale >= 0 && isfinite(scale)))
         want = TODRE_ERR_INVALID_ARGUMENT;
     else if (qk && scale > FLT_MAX) /* it would round to Inf in float32 */
+        want = TODRE_ERR_INVALID_ARGUMENT;
+    else if (qk && scale > 0 && scale < FLT_MIN) /* to a subnormal or 0 */
         want = TODRE_ERR_INVALID_ARGUMENT;
     else if (m->pending_end[layer] > 0 && K - Q != m->pending_end[layer])
         want = TODRE_ERR_STATE;

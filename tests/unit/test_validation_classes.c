@@ -626,10 +626,19 @@ static void test_qk_score_overflow(void **state)
     free(q); free(k); free(q16); free(k16);
 }
 
-/* The scale: a double above FLT_MAX would round to Inf in float32. */
+/* The scale: a double above FLT_MAX would round to Inf in float32, one
+ * below FLT_MIN to a subnormal or 0 (fuzz_relevance's finding 6: 1e-75 with
+ * |q . k| near 1e75 gave uniform scores and wrong ratios with TODRE_OK). */
 static void test_qk_scale_bounds(void **state)
 {
     struct fx *f = *state;
+    double below = nextafter((double)FLT_MIN, 0.0);
+    assert_refused_untouched(f, observe_qk(f, f->q, f->k, TODRE_DTYPE_F32, below),
+                             TODRE_ERR_INVALID_ARGUMENT, "scale:", "FLT_MIN");
+    assert_refused_untouched(f, observe_qk(f, f->q, f->k, TODRE_DTYPE_F32, 1e-75),
+                             TODRE_ERR_INVALID_ARGUMENT, "scale:", "FLT_MIN");
+    assert_valid_after(f);
+    tt_assert_ok(observe_qk(f, f->q, f->k, TODRE_DTYPE_F32, (double)FLT_MIN));
     double above = nextafter((double)FLT_MAX, INFINITY);
     assert_refused_untouched(f, observe_qk(f, f->q, f->k, TODRE_DTYPE_F32, above),
                              TODRE_ERR_INVALID_ARGUMENT, "scale:", "FLT_MAX");

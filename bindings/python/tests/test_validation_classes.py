@@ -130,6 +130,11 @@ def test_scale_above_flt_max():
         with pytest.raises(todre.TodreError) as e:
             rel.observe_qk(1, q, k, scale=scale)
         assert_refused(e, Status.INVALID_ARGUMENT, "scale", "FLT_MAX")
+    # below FLT_MIN it would round to a subnormal or 0 (a fuzzer finding)
+    for scale in (np.nextafter(float(np.finfo(np.float32).tiny), 0.0), 1e-75, 5e-324):
+        with pytest.raises(todre.TodreError) as e:
+            rel.observe_qk(1, q, k, scale=scale)
+        assert_refused(e, Status.INVALID_ARGUMENT, "scale", "FLT_MIN")
     assert len(rel.observe_qk(1, q, k)) == 1
 
 
