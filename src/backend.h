@@ -106,10 +106,6 @@ struct todre_backend_caps {
      * dtypes the fast unit does not take (CPU with AMX: f32), this many per
      * batch, at gram_fma_per_ns (src/select_plan.c); 0 = no such units. */
     int64_t rows_fma_batch;
-    /* ROWS by FMA units: their rate; 0 = ROWS_FMA_RATE_FACTOR times
-     * gram_fma_per_ns (src/select_plan.c). A backend whose GRAM rate is
-     * scaled for its BLAS (CPU: blas_class.h) declares it unscaled here. */
-    double rows_fma_per_ns;
 };
 
 /* The core's resolved choice for one token set. */

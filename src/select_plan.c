@@ -45,8 +45,6 @@
  *                    padding); ROWS needs rows_batch > 0 and either the
  *                    fast unit and a 16-bit dtype, or no fast unit, or
  *                    rows_fma_batch > 0.
- *   rows_fma_per_ns  > 0: the FMA units' ROWS rate (else ROWS_FMA_RATE_FACTOR
- *                    * gram_fma_per_ns, below).
  *   rows_fma_batch   > 0: beside a fast unit, FMA units make the rows of
  *                    the dtypes it does not take (CPU with AMX: f32), this
  *                    many per batch, costed as without a fast unit (below);
@@ -183,12 +181,6 @@ static int64_t rows_store(const struct todre_backend *be, int64_t n, todre_dtype
     return fit < (double)n ? (int64_t)fit : n;
 }
 
-/* The FMA units' ROWS rate: declared, or relative to the BLAS GRAM rate. */
-static double rows_fma_rate(const struct todre_backend_caps *c)
-{
-    return c->rows_fma_per_ns > 0 ? c->rows_fma_per_ns : c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR;
-}
-
 /* Rule 4: the cost model. */
 static int32_t cheapest(const struct todre_backend *be, int64_t n_, int64_t k_, int64_t d_,
                         todre_dtype dt, int fits, int64_t store)
@@ -219,7 +211,7 @@ static int32_t cheapest(const struct todre_backend *be, int64_t n_, int64_t k_, 
             ? cost(batches * batch * n * d * prod, c->gram_fast_fma_per_ns) +
                   cost(n * d * pack, c->pack_bytes_per_ns)
             /* FMA units: one product per pair, rows packed as stored */
-            : cost(batches * batch * n * d, rows_fma_rate(c)) +
+            : cost(batches * batch * n * d, c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR) +
                   cost(2 * n * d * esz, c->pack_bytes_per_ns);
         if (rows < best) plan = TODRE_STRATEGY_ROWS;
     }

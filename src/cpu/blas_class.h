@@ -1,6 +1,7 @@
-/* How fast OpenBLAS's chosen kernels are against the CPU's own class: the
- * factor the CPU backend scales its GRAM rate by (cpu_backend.c). Internal;
- * header-only so that tests/unit/test_select_plan.c checks it directly.
+/* How fast OpenBLAS's chosen kernels are against the CPU's own class: below
+ * 1, the CPU backend makes Gram matrices on its own FMA kernels instead
+ * (cpu_backend.c, gram_on_fma). Internal; header-only so that
+ * tests/unit/test_select_plan.c checks it directly.
  *
  * OpenBLAS picks its kernels by CPU model, and an OpenBLAS older than the
  * CPU may not know it: Debian 12's 0.3.21 runs its SSE3 kernels ("Prescott")
@@ -8,9 +9,8 @@
  * 4.4 times as long as with its AVX-512 ones (f32, 2 cores, OPENBLAS_CORETYPE
  * set to each: SkylakeX 134 ms, Haswell 288, Sandybridge 404, Prescott 587;
  * docs/benchmarks.md). The planner's GRAM rate assumes kernels of the CPU's
- * own class; where OpenBLAS reports a lesser one, the rate is scaled by
- * these relative throughputs, so that AUTO takes libtodre's own kernels
- * (ROWS, GEMV) where they are now faster. Another BLAS behind cblas (no
+ * own class, which libtodre's FMA kernels match where OpenBLAS reports a
+ * lesser one (docs/building.md). Another BLAS behind cblas (no
  * openblas_get_corename: core NULL), a name not listed, or the generic
  * level: no change. `todre info` prints the core OpenBLAS chose. */
 #ifndef TODRE_SRC_CPU_BLAS_CLASS_H
@@ -52,7 +52,7 @@ static inline double todre_cpu_blas_class_rate(const char *core)
     return 0;
 }
 
-/* In (0, 1]: the GRAM rate's scale for BLAS core @p core at ISA level @p isa. */
+/* In (0, 1]: BLAS core @p core's throughput against ISA level @p isa's class. */
 static inline double todre_cpu_blas_rate_factor(const char *core, enum todre_cpu_isa isa)
 {
     double want = isa >= TODRE_CPU_ISA_AVX512 ? TODRE_BLAS_AVX512

@@ -59,10 +59,9 @@ static void cpu_caps(struct todre_backend_caps *caps)
     caps->gram_max_n = 0; /* host memory: only the workspace limit bounds it */
     caps->gemv_bytes_per_ns = CPU_GEMV_BYTES_PER_NS;
     /* a BLAS of the CPU's class, or the FMA kernels where OpenBLAS is
-     * weaker (gram_on_fma): about the same rate */
+     * weaker (gram_on_fma): about the same rate; the FMA kernels' ROWS rate
+     * is ROWS_FMA_RATE_FACTOR times it (src/select_plan.c) */
     caps->gram_fma_per_ns = CPU_GRAM_FMA_PER_NS;
-    /* the FMA kernels' ROWS rate: 1.1 times that (src/select_plan.c) */
-    caps->rows_fma_per_ns = CPU_GRAM_FMA_PER_NS * 1.1;
     caps->pack_bytes_per_ns = CPU_PACK_BYTES_PER_NS;
     if (amx) {
         /* AMX multiplies bf16 pairs exactly (f16 through the exact split),
