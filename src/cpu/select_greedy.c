@@ -69,14 +69,18 @@ static void update_row(struct todre_sel_seg *s, const float *g, int64_t c, int m
 }
 
 /* Rows for c and the up to 31 untaken tokens without a row that have the
- * best values now (ties: lowest index). */
-static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_t c, int sign)
+ * best values now (ties: lowest index), but no more than the `left` steps
+ * after c's still take: the last step's token needs no row, so a batch
+ * made near the end speculates only on what can still be used. */
+static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_t c, int sign,
+                       int64_t left)
 {
     int64_t ids[TODRE_SEL_AMX_BATCH];
     double val[TODRE_SEL_AMX_BATCH];
     int m = 0;
-    const int cap = s->rows_batch - 1; /* <= TODRE_SEL_AMX_BATCH - 1 (follow_plan) */
-    for (int64_t v = 0; v < s->n; v++) {
+    /* <= TODRE_SEL_AMX_BATCH - 1 (follow_plan) */
+    const int cap = left < s->rows_batch - 1 ? (int)left : s->rows_batch - 1;
+    for (int64_t v = 0; cap > 0 && v < s->n; v++) {
         if (s->taken[v] || r->slot[v] >= 0) continue;
         double x = sign * s->acc[v];
         if (m == cap && x >= val[m - 1]) continue;
@@ -110,7 +114,8 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
         s->taken[c] = 1;
         if (t + 1 == s->k) break;
         if (plan == TODRE_STRATEGY_ROWS) {
-            if (rows.slot[c] < 0) next_batch(s, &rows, c, sign);
+            /* steps t + 1 .. k - 2 need rows after this one */
+            if (rows.slot[c] < 0) next_batch(s, &rows, c, sign, s->k - 2 - t);
             update_row(s, rows.g + rows.slot[c] * rows.ld, c, maxmin);
             todre_sel_rows_drop(&rows, c);
         } else if (gram) {
