@@ -49,6 +49,8 @@
 #define KBLOCK 4 /* K chunks (tiles) per block */
 /* batch_cols(): the A and swapped A tiles of a K block take 512 KiB of L2 */
 #define BATCH_KBLOCK 128
+/* todre_sel_amx_batch(): column blocks per chunk a thread takes (192 columns) */
+#define BATCH_CHUNK 6
 
 int64_t todre_sel_amx_pad(int64_t x) { return (x + MICRO - 1) / MICRO * MICRO; }
 
@@ -356,12 +358,17 @@ T_AMX static void batch_cols(const struct todre_sel_amx_pack *p, float *c, int64
 
 T_AMX void todre_sel_amx_batch(const struct todre_sel_amx_pack *p, float *c, int nthreads)
 {
-    int64_t nb = p->npad / MICRO;
+    /* chunks of BATCH_CHUNK column blocks handed out in order: a thread
+     * slowed by another process does less, instead of the others waiting */
+    int64_t nb = p->npad / MICRO, nchunks = (nb + BATCH_CHUNK - 1) / BATCH_CHUNK;
 #pragma omp parallel num_threads(nthreads)
     {
-        int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
         tiles_on();
-        batch_cols(p, c, nb * t / nt * MICRO, nb * (t + 1) / nt * MICRO);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t q = 0; q < nchunks; q++) {
+            int64_t b1 = (q + 1) * BATCH_CHUNK < nb ? (q + 1) * BATCH_CHUNK : nb;
+            batch_cols(p, c, q * BATCH_CHUNK * MICRO, b1 * MICRO);
+        }
         tiles_off();
     }
 }

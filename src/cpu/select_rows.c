@@ -2,22 +2,19 @@
  * micro-kernels per ISA level, and the row store of the ROWS strategy.
  *
  * Blocking (per batch): the packed rows are read once, panel by panel,
- * each panel's K blocks in order; a thread owns a range of column panels.
- * A panel's K block (NR x KC) is reused by the MR-row groups while in L1,
+ * each panel's K blocks in order; threads take chunks of column panels.
+ * A panel's K block (NR x KC) is reused by the mr-row groups while in L1,
  * the batch's fp32 rows (up to TODRE_SEL_ROWS_AROWS x d) stay in L2, and
- * each output tile (MR x NR) is summed over the K blocks in L1. Micro-kernel
- * MR x NR = 6 x 16: 12 accumulators of 8 lanes on AVX2 (enough independent
- * chains to hide the FMA latency),
- * 2 panel loads and 6 broadcasts per 12 FMAs. */
+ * each output tile (mr x NR) is summed over the K blocks in L1.
+ * Micro-kernels: on AVX2 MR x NR = 6 x 16, 12 accumulators of 8 lanes
+ * (enough independent chains to hide the FMA latency), 2 panel loads and 6
+ * broadcasts per 12 FMAs; on AVX-512 MR_WIDE x NR = 12 x 16, 12 zmm
+ * accumulators, 1 panel load and 12 broadcasts per 12 FMAs. */
 #include "select_rows.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include "../half.h"
 #include "select_internal.h"
@@ -33,7 +30,23 @@
 #define AROWS TODRE_SEL_ROWS_AROWS
 #define GROUPS (AROWS / MR)
 
-_Static_assert(AROWS % MR == 0 && AROWS >= TODRE_SEL_AMX_BATCH, "batch rows in MR groups");
+/* Rows per micro-kernel call on AVX-512: 12 zmm chains. The FMA's latency
+ * (4 cycles) times its two ports needs 8 or more; with 6 rows the kernel
+ * ran at 73 % of the FMA rate measured on the same core (Emerald Rapids,
+ * docs/benchmarks.md). AVX2 keeps MR = 6 (12 ymm chains). */
+#define MR_WIDE 12
+
+_Static_assert(AROWS % MR == 0 && AROWS % MR_WIDE == 0 && AROWS >= TODRE_SEL_AMX_BATCH,
+               "batch rows in MR groups");
+
+/* The rows per micro-kernel call this process's kernels take (f->mr). */
+static int mr_for(void)
+{
+#ifdef TODRE_ROWS_X86
+    if (todre_cpu_isa() >= TODRE_CPU_ISA_AVX512) return MR_WIDE;
+#endif
+    return MR;
+}
 
 /* Not on the generic level: there the portable kernel (kept for the
  * dispatch's completeness) is slower than BLAS's GRAM, which the planner
@@ -120,27 +133,28 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
 }
 
 /* The batch rows ids[0..count) widened to fp32 (exact) into
- * [K block][group][k][MR]; rows of the last group past count are zero.
+ * [K block][group][k][f->mr]; rows of the last group past count are zero.
  * Each row goes through s->w (the GEMV vector, unused by ROWS). */
 static void pack_batch(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f,
                        const int64_t *ids, int count)
 {
     const int64_t d = s->d;
-    const int rows = (count + MR - 1) / MR * MR;
+    const int mr = f->mr, rows = (count + mr - 1) / mr * mr;
     for (int r = 0; r < rows; r++) {
-        int g = r / MR, i = r % MR;
+        int g = r / mr, i = r % mr;
         if (r < count) s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, ids[r]), d, 1.0f, s->w);
         for (int64_t kb = 0; kb * KC < d; kb++) {
             int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
-            float *dst = f->a + k0 * AROWS + (int64_t)g * kl * MR + i;
-            for (int64_t kk = 0; kk < kl; kk++) dst[kk * MR] = r < count ? s->w[k0 + kk] : 0.0f;
+            float *dst = f->a + k0 * AROWS + (int64_t)g * kl * mr + i;
+            for (int64_t kk = 0; kk < kl; kk++) dst[kk * mr] = r < count ? s->w[k0 + kk] : 0.0f;
         }
     }
 }
 
 /* ---- micro-kernels: c[i][j] (+)= sum over k of a[k][i] * b[k][j] -------- */
 
-/* Each writes rows [0, rows) of its MR x NR block of c (row stride ldc): the
+/* Each writes rows [0, rows) of its mr x NR block of c (row stride ldc; mr:
+ * MR_WIDE for the AVX-512 kernels, else MR): the
  * block's products from zero, stored when first, else added to c. */
 typedef void (*micro_fn)(const float *a, const void *b, int64_t kl, float *c, int64_t ldc,
                          int first, int rows);
@@ -254,20 +268,20 @@ T_AVX512 static inline __m512 b16_bf16(const void *b, int64_t i)
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-/* AVX-512F: 6 zmm accumulators, one panel load and 6 broadcasts per 6 FMAs
- * (unmeasured: no AVX-512 machine in this project's sessions so far). */
+/* AVX-512F: MR_WIDE (12) zmm accumulators, one panel load and 12 broadcasts
+ * per 12 FMAs. */
 #define MICRO_AVX512(T)                                                                     \
     T_AVX512 static void micro_avx512_##T(const float *a, const void *b, int64_t kl,        \
                                           float *c, int64_t ldc, int first, int rows)       \
     {                                                                                       \
-        __m512 r[MR];                                                                       \
-        for (int i = 0; i < MR; i++) r[i] = _mm512_setzero_ps();                            \
+        __m512 r[MR_WIDE];                                                                  \
+        for (int i = 0; i < MR_WIDE; i++) r[i] = _mm512_setzero_ps();                       \
         for (int64_t k = 0; k < kl; k++) {                                                  \
             __m512 bv = b16_##T(b, k * NR);                                                 \
             _mm_prefetch((const char *)b + (k * NR) * (int64_t)sizeof(es_##T) + PF_BYTES,      \
                          _MM_HINT_T0);                                                      \
-            const float *ak = a + k * MR;                                                   \
-            for (int i = 0; i < MR; i++)                                                    \
+            const float *ak = a + k * MR_WIDE;                                              \
+            for (int i = 0; i < MR_WIDE; i++)                                               \
                 r[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[i]), bv, r[i]);                    \
         }                                                                                   \
         for (int i = 0; i < rows; i++) {                                                    \
@@ -298,10 +312,11 @@ static micro_fn micro_for(todre_dtype dt)
 /* out[r * npad + v] = dot(batch row r, row v) for r < count, v in the
  * panels from p_first on (v >= p_first NR).
  *
- * A thread owns a range of panels and runs each panel's K blocks in order
- * (the batch's block of 6 x 128 fp32 per MR group comes from L2, the
- * output tile stays in L1), so every pair's value is its K blocks' products
- * added in order, whatever the panel order. The panel order alternates from
+ * A thread takes panels in chunks of 4, in sweep order, and runs each
+ * panel's K blocks in order (the batch's block of mr x 128 fp32 per group
+ * comes from L2, the output tile stays in L1), so every pair's value is its
+ * K blocks' products added in order, whatever the panel order or the
+ * thread. The panel order alternates from
  * one batch to the next (f->pass): packed rows larger than the last-level
  * cache (f32 at n = 2880, d = 4096: 47 MB against 32 MiB of L3 on a Zen 3)
  * would be evicted by a cyclic sweep before their next use; sweeping back
@@ -310,28 +325,22 @@ static void batch_products(const struct todre_sel_seg *s, struct todre_sel_rows_
                            float *out, int count, int64_t p_first)
 {
     const int64_t d = s->d, np = f->npad / NR, ld = f->npad, es = esize(f->dtype);
-    const int groups = (count + MR - 1) / MR;
+    const int mr = f->mr, groups = (count + mr - 1) / mr;
     const int back = (int)(f->pass++ & 1u);
     micro_fn micro = micro_for(f->dtype);
-#pragma omp parallel num_threads(s->nthreads)
-    {
-        int64_t t = 0, nt = 1;
-#ifdef _OPENMP
-        t = omp_get_thread_num();
-        nt = omp_get_num_threads();
-#endif
-        int64_t p0 = p_first + (np - p_first) * t / nt, p1 = p_first + (np - p_first) * (t + 1) / nt;
-        for (int64_t i = p0; i < p1; i++) {
-            int64_t p = back ? p1 - 1 - (i - p0) : i;
-            for (int64_t kb = 0; kb * KC < d; kb++) {
-                int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
-                const float *ablk = f->a + k0 * AROWS;
-                const char *b = (const char *)f->cols + panel_at(d, kb, p) * es;
-                for (int g = 0; g < groups; g++) {
-                    int rows = count - g * MR < MR ? count - g * MR : MR;
-                    micro(ablk + (int64_t)g * kl * MR, b, kl, out + (int64_t)g * MR * ld + p * NR,
-                          ld, kb == 0, rows);
-                }
+    /* chunks of panels handed out in sweep order: a thread slowed by
+     * another process does less, instead of the others waiting for it */
+#pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 4)
+    for (int64_t i = p_first; i < np; i++) {
+        int64_t p = back ? np - 1 - (i - p_first) : i;
+        for (int64_t kb = 0; kb * KC < d; kb++) {
+            int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
+            const float *ablk = f->a + k0 * AROWS;
+            const char *b = (const char *)f->cols + panel_at(d, kb, p) * es;
+            for (int g = 0; g < groups; g++) {
+                int rows = count - g * mr < mr ? count - g * mr : mr;
+                micro(ablk + (int64_t)g * kl * mr, b, kl, out + (int64_t)g * mr * ld + p * NR,
+                      ld, kb == 0, rows);
             }
         }
     }
@@ -355,6 +364,7 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
     }
     f->cols = b;
     f->pass = 0;
+    f->mr = mr_for();
     f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
     pack_cols(s, f);
     memset(&r->amx, 0, sizeof r->amx);
@@ -383,7 +393,8 @@ size_t todre_sel_gram_fma_bytes(const struct todre_sel_seg *s)
 
 todre_status todre_sel_gram_fma_upper(struct todre_sel_seg *s, float *g, struct todre_diag *diag)
 {
-    struct todre_sel_rows_fma f = {.npad = pad_nr(s->n), .dtype = s->dtype, .pass = 0};
+    struct todre_sel_rows_fma f = {.npad = pad_nr(s->n), .dtype = s->dtype, .pass = 0,
+                                   .mr = mr_for()};
     char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
     if (!b) {
         snprintf(diag->buf, diag->cap, "workspace: cannot pack %lld rows for a Gram matrix",

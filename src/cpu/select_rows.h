@@ -40,10 +40,11 @@ struct todre_sel_rows;
 /* Packed operands of the FMA ROWS kernels. */
 struct todre_sel_rows_fma {
     void *cols;        /* all rows as panels: [panel][K block][k][NR] */
-    float *a;          /* the batch: [K block][MR group][k][MR], fp32 */
+    float *a;          /* the batch: [K block][mr group][k][mr], fp32 */
     int64_t npad;      /* n rounded up to NR (the store's row length) */
     todre_dtype dtype; /* of cols: as stored (f32, f16, bf16) */
     unsigned pass;     /* batches made: the panel order alternates */
+    int mr;            /* batch rows per micro-kernel call (select_rows.c, mr_for) */
 };
 
 /* Whether the FMA ROWS kernels serve this process (AVX2 or AVX-512 level). */
