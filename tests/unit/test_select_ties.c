@@ -30,6 +30,7 @@
 #include <string.h>
 
 #define TODRE_EXPERIMENTAL_API /* TODRE_CONTEXT_EXP_SELECT_STRATEGY */
+#include "oracle.h"
 #include "todre_test.h"
 
 #define DISTINCT 80
@@ -223,6 +224,94 @@ static void ties_bf16(void **state)
         fail_msg("bf16: identical rows not taken lowest index first");
 }
 
+/* ---- long rows: copies and near-copies ----------------------------------- */
+
+/* Rows long enough that select_copies.c first hashes a sample of each row's
+ * words (16 spread words, the first and last included) and hashes in full
+ * only rows that share a sample: 40 distinct rows, a copy of each
+ * (scattered), and a near-copy of each that equals it at every sampled word
+ * but differs in 8 elements of words never sampled (the second word, and
+ * the ones around the middle). A near-copy taken for a copy would read its
+ * row's products and fail the float64 oracle; copies must still go lowest
+ * index first (the oracle checks that too). GRAM and ROWS (the strategies
+ * that read products through copies), AUTO, both objectives, the CENTER and
+ * ISOLATED pivots (ISOLATED's nearest neighbours are the copies), f32, f16,
+ * bf16. */
+#define LN 120
+#define LD_ 520
+#define LK 90
+
+static void near_copies(void **state)
+{
+    (void)state;
+    static const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
+    static const int64_t strategies[] = {0, 2, 3};
+    static const todre_pivot pivots[] = {TODRE_PIVOT_CENTER, TODRE_PIVOT_ISOLATED};
+    int bad = 0;
+    for (size_t di = 0; di < 3; di++) {
+        todre_dtype dt = dts[di];
+        int64_t per = dt == TODRE_DTYPE_F32 ? 2 : 4, words = LD_ / per;
+        /* elements in words no sample reads (words at w (words - 1) / 15) */
+        int64_t mid = words / 2 + 1, diff[8];
+        for (int e = 0; e < 4; e++) diff[e] = per + e % per, diff[4 + e] = mid * per + e % per;
+        for (int w = 0; w < 16; w++) {
+            int64_t at = w * (words - 1) / 15;
+            assert_true(at != 1 && at != mid);
+        }
+        tt_rng r = {31 + di};
+        double base[40][LD_];
+        for (int i = 0; i < 40; i++)
+            for (int j = 0; j < LD_; j++) base[i][j] = tt_rng_normal(&r);
+        int src[LN], kind[LN];
+        for (int i = 0; i < LN; i++) src[i] = i % 40, kind[i] = i / 40; /* 0 row, 1 copy, 2 near */
+        for (int i = LN - 1; i > 0; i--) {
+            int j = (int)(tt_rng_u64(&r) % (uint64_t)(i + 1)), t = src[i], u = kind[i];
+            src[i] = src[j], kind[i] = kind[j];
+            src[j] = t, kind[j] = u;
+        }
+        void *x = malloc((size_t)LN * LD_ * tt_dtype_size(dt));
+        assert_non_null(x);
+        for (int i = 0; i < LN; i++)
+            for (int j = 0; j < LD_; j++) {
+                double v = base[src[i]][j];
+                for (int e = 0; e < 8 && kind[i] == 2; e++)
+                    if (diff[e] == j) v += 3.0;
+                tt_store(x, dt, (size_t)i * LD_ + j, v);
+            }
+        for (size_t si = 0; si < 3; si++)
+            for (int obj = 0; obj < 2; obj++)
+                for (size_t pi = 0; pi < 2; pi++) {
+                    todre_context *ctx = tt_cpu_context();
+                    tt_ctx_set(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, strategies[si]);
+                    todre_select_config *cfg =
+                        tt_config((todre_objective)obj, pivots[pi], LK, TODRE_ORDER_SELECTION);
+                    int64_t sel[LK];
+                    tt_array emb, out;
+                    todre_status st = todre_select(ctx, cfg, tt_array2(&emb, x, dt, LN, LD_, LD_),
+                                                   NULL, tt_array1(&out, sel, TODRE_DTYPE_I64, LK));
+                    char msg[256] = "";
+                    if (st == TODRE_OK) {
+                        struct tt_problem p;
+                        tt_problem_init(&p, x, dt, LN, LD_, LD_, NULL, TODRE_DTYPE_F32,
+                                        (todre_objective)obj, pivots[pi], 0, -1);
+                        if (tt_check_trajectory(&p, sel, LK, msg, sizeof msg) < 0) msg[0] = 0;
+                        tt_problem_free(&p);
+                    } else {
+                        snprintf(msg, sizeof msg, "status %d: %s", (int)st,
+                                 todre_context_last_error(ctx));
+                    }
+                    if (msg[0] && bad++ < 12)
+                        print_message("dtype %d strategy %lld objective %d pivot %d: %s\n",
+                                      (int)dt, (long long)strategies[si], obj, (int)pivots[pi],
+                                      msg);
+                    todre_select_config_destroy(cfg);
+                    todre_context_destroy(ctx);
+                }
+        free(x);
+    }
+    if (bad) fail_msg("%d calls with near-copies of long rows failed the oracle", bad);
+}
+
 /* ---- non-finite input ------------------------------------------------------ */
 
 /* A NaN or an Inf in one row: NONFINITE naming the row, for every strategy
@@ -357,6 +446,7 @@ int main(void)
         cmocka_unit_test(ties_f16),
         cmocka_unit_test(ties_bf16),
         cmocka_unit_test(ties_signed_zeros),
+        cmocka_unit_test(near_copies),
         cmocka_unit_test(nonfinite_refused),
         cmocka_unit_test(out_of_range_rows_maxmin),
     };
