@@ -78,6 +78,13 @@ T_PACK static inline __m512 load16(const void *row, todre_dtype dt, int64_t k, i
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+/* 16 stored 16-bit values from element k of row, bit for bit, zero past d. */
+T_PACK static inline __m256i load16_bits(const void *row, int64_t k, int64_t d)
+{
+    __mmask16 m = k + 16 <= d ? 0xffff : k >= d ? 0 : (__mmask16)((1u << (d - k)) - 1u);
+    return _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k);
+}
+
 /* Pairs per row: neighbouring bf16 values, or (h, l) of each f16 value. */
 static inline int64_t row_pairs(const struct todre_sel_amx_pack *p)
 {
@@ -102,12 +109,13 @@ T_PACK static void pack_block(const struct todre_sel_amx_pack *p, uint32_t *blk,
         for (int64_t k = 0; k < p->dpad; k += 16) {
             int64_t q = k / per; /* first pair written */
             uint32_t *dst = blk + tile_at(p, 0, q / TILE_PAIRS) + r * TILE_PAIRS + q % TILE_PAIRS;
-            __m512 x = ids[r] >= 0 ? load16(row, dt, k, d) : _mm512_setzero_ps();
-            __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
-            if (!p->split) { /* bf16: 16 values = 8 pairs */
-                _mm256_storeu_si256((__m256i *)dst, h);
+            if (!p->split) { /* bf16: 16 values = 8 pairs, as stored */
+                _mm256_storeu_si256((__m256i *)dst, ids[r] >= 0 ? load16_bits(row, k, d)
+                                                                : _mm256_setzero_si256());
                 continue;
             }
+            __m512 x = ids[r] >= 0 ? load16(row, dt, k, d) : _mm512_setzero_ps();
+            __m256i h = (__m256i)_mm512_cvtneps_pbh(x);
             __m512i hw = _mm512_cvtepu16_epi32(h);
             __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(hw, 16));
             __m256i l = (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(x, hf)); /* exact */
@@ -117,13 +125,11 @@ T_PACK static void pack_block(const struct todre_sel_amx_pack *p, uint32_t *blk,
     }
 }
 
-/* dst = src transposed, as 16 x 16 32-bit values with row strides sld and
- * dld (two rounds of unpacks within 128-bit lanes, then two of lane
- * shuffles). */
-T_PACK static void transpose16(const uint32_t *src, int64_t sld, uint32_t *dst, int64_t dld)
+/* dst = the 16 x 16 32-bit values r transposed, row stride dld (two
+ * rounds of unpacks within 128-bit lanes, then two of lane shuffles). */
+T_PACK static inline void transpose16_regs(const __m512i *r, uint32_t *dst, int64_t dld)
 {
-    __m512i r[16], a[16], b[16];
-    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + sld * i);
+    __m512i a[16], b[16];
     for (int i = 0; i < 16; i += 2) {
         a[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
         a[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
@@ -143,6 +149,33 @@ T_PACK static void transpose16(const uint32_t *src, int64_t sld, uint32_t *dst, 
         _mm512_storeu_si512(dst + dld * (8 + j), _mm512_shuffle_i32x4(c0, d0, 0xdd));
         _mm512_storeu_si512(dst + dld * (4 + j), _mm512_shuffle_i32x4(c1, d1, 0x88));
         _mm512_storeu_si512(dst + dld * (12 + j), _mm512_shuffle_i32x4(c1, d1, 0xdd));
+    }
+}
+
+/* dst = src transposed, as 16 x 16 32-bit values with row strides sld and
+ * dld. */
+T_PACK static void transpose16(const uint32_t *src, int64_t sld, uint32_t *dst, int64_t dld)
+{
+    __m512i r[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(src + sld * i);
+    transpose16_regs(r, dst, dld);
+}
+
+/* The B tiles of the bf16 rows ids[0..16) (-1: a zero row) at dst, straight
+ * from the rows: each K chunk's 16 pairs of the 16 rows loaded and
+ * transposed in registers, bit for bit (what pack_block then pack_b make,
+ * without the A tiles in between). */
+T_PACK static void pack_b_bf16(const struct todre_sel_amx_pack *p, uint32_t *dst, const void *rows,
+                               int64_t stride, int64_t d, const int64_t *ids)
+{
+    for (int64_t kc = 0; kc < row_pairs(p) / TILE_PAIRS; kc++) {
+        int64_t k = kc * 2 * TILE_PAIRS; /* first value of the chunk */
+        __mmask32 m = k + 32 <= d ? 0xffffffffu : k >= d ? 0 : (__mmask32)((1ull << (d - k)) - 1u);
+        __m512i r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = ids[i] < 0 ? _mm512_setzero_si512()
+                              : _mm512_maskz_loadu_epi16(m, (const uint16_t *)rows + ids[i] * stride + k);
+        transpose16_regs(r, dst + tile_at(p, 0, kc), TILE_ROWS);
     }
 }
 
@@ -172,6 +205,8 @@ void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, in
         if (p->a) {
             pack_block(p, p->a + at, rows, stride, dtype, d, ids);
             pack_b(p, p->a + at, p->b + at);
+        } else if (!p->split) { /* B only, bf16: no A tiles needed */
+            pack_b_bf16(p, p->b + at, rows, stride, d, ids);
         } else { /* B only: each thread's block of A tiles stays in L2 */
             uint32_t *tmp = p->tmp + tile_at(p, omp_get_thread_num(), 0);
             pack_block(p, tmp, rows, stride, dtype, d, ids);
