@@ -100,6 +100,52 @@ static inline int64_t panel_at(int64_t d, int64_t kb, int64_t p)
     return p * NR * d + kb * KC * NR;
 }
 
+#ifdef TODRE_ROWS_X86
+/* Columns [k0, k0 + kl) of the 16 rows src[0..16) (16-bit values) into dst
+ * as [k][NR], bit for bit, kl a multiple of 8: 8 x 8 transposes by SSE2
+ * unpacks (the scalar copy wrote one value per store, 6 % of a stage-1
+ * call). */
+static void panel_t16(const uint16_t *const *src, int64_t k0, int64_t kl, uint16_t *dst)
+{
+    for (int64_t kk = 0; kk < kl; kk += 8)
+        for (int h = 0; h < NR; h += 8) {
+            __m128i a[8], b[8], c[8];
+            for (int i = 0; i < 8; i++) a[i] = _mm_loadu_si128((const __m128i *)(src[h + i] + k0 + kk));
+            for (int i = 0; i < 8; i += 2) {
+                b[i] = _mm_unpacklo_epi16(a[i], a[i + 1]);
+                b[i + 1] = _mm_unpackhi_epi16(a[i], a[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4) {
+                c[i] = _mm_unpacklo_epi32(b[i], b[i + 2]);     /* columns 0, 1 */
+                c[i + 1] = _mm_unpackhi_epi32(b[i], b[i + 2]); /* 2, 3 */
+                c[i + 2] = _mm_unpacklo_epi32(b[i + 1], b[i + 3]); /* 4, 5 */
+                c[i + 3] = _mm_unpackhi_epi32(b[i + 1], b[i + 3]); /* 6, 7 */
+            }
+            for (int q = 0; q < 4; q++) {
+                uint16_t *o = dst + (kk + 2 * q) * NR + h;
+                _mm_storeu_si128((__m128i *)o, _mm_unpacklo_epi64(c[q], c[4 + q]));
+                _mm_storeu_si128((__m128i *)(o + NR), _mm_unpackhi_epi64(c[q], c[4 + q]));
+            }
+        }
+}
+
+/* The same for 32-bit values, kl a multiple of 4: 4 x 4 transposes. */
+static void panel_t32(const float *const *src, int64_t k0, int64_t kl, float *dst)
+{
+    for (int64_t kk = 0; kk < kl; kk += 4)
+        for (int h = 0; h < NR; h += 4) {
+            __m128 r0 = _mm_loadu_ps(src[h] + k0 + kk), r1 = _mm_loadu_ps(src[h + 1] + k0 + kk);
+            __m128 r2 = _mm_loadu_ps(src[h + 2] + k0 + kk), r3 = _mm_loadu_ps(src[h + 3] + k0 + kk);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            float *o = dst + kk * NR + h;
+            _mm_storeu_ps(o, r0);
+            _mm_storeu_ps(o + NR, r1);
+            _mm_storeu_ps(o + 2 * NR, r2);
+            _mm_storeu_ps(o + 3 * NR, r3);
+        }
+}
+#endif
+
 /* All rows into panels, as stored (no conversion): panel p, K block kb holds
  * rows [p NR, p NR + NR) x columns [kb KC, kb KC + kl) as [k][NR]; rows past
  * n are zero. */
@@ -111,6 +157,22 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
         for (int64_t kb = 0; kb * KC < d; kb++) {
             int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
             char *dst = (char *)f->cols + panel_at(d, kb, p) * es;
+#ifdef TODRE_ROWS_X86
+            /* whole panels, in whole transposes */
+            int64_t kv = kl / 8 * 8;
+            if (p * NR + NR <= s->n && kv > 0) {
+                const void *src[NR];
+                for (int j = 0; j < NR; j++) src[j] = todre_sel_row(s->rows, s->dtype, s->stride, p * NR + j);
+                if (es == 4) panel_t32((const float *const *)src, k0, kv, (float *)dst);
+                else panel_t16((const uint16_t *const *)src, k0, kv, (uint16_t *)dst);
+                for (int j = 0; j < NR; j++) {
+                    const char *x = (const char *)src[j] + k0 * es;
+                    for (int64_t kk = kv; kk < kl; kk++)
+                        memcpy(dst + (kk * NR + j) * es, x + kk * es, (size_t)es);
+                }
+                continue;
+            }
+#endif
             for (int64_t j = 0; j < NR; j++) {
                 int64_t v = p * NR + j;
                 if (v >= s->n) {
