@@ -106,6 +106,12 @@ struct todre_backend_caps {
      * dtypes the fast unit does not take (CPU with AMX: f32), this many per
      * batch, at gram_fma_per_ns (src/select_plan.c); 0 = no such units. */
     int64_t rows_fma_batch;
+    /* ROWS: bitmask of 1u << todre_dtype whose rows the fast unit makes;
+     * the other dtypes' rows come from the FMA units (rows_fma_batch). 0 =
+     * every dtype the fast unit takes (CPU with AMX: bf16 only; f16 rows,
+     * through the split, stream 4 bytes a value and ran 1.3-1.45x slower
+     * than the AVX-512 FMA kernels, docs/benchmarks.md). */
+    uint32_t rows_fast_dtypes;
 };
 
 /* The core's resolved choice for one token set. */

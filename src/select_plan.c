@@ -45,9 +45,12 @@
  *                    padding); ROWS needs rows_batch > 0 and either the
  *                    fast unit and a 16-bit dtype, or no fast unit, or
  *                    rows_fma_batch > 0.
+ *   rows_fast_dtypes bitmask of 1u << dtype whose ROWS rows the fast unit
+ *                    makes; 0: every dtype it takes. GRAM is unaffected.
  *   rows_fma_batch   > 0: beside a fast unit, FMA units make the rows of
- *                    the dtypes it does not take (CPU with AMX: f32), this
- *                    many per batch, costed as without a fast unit (below);
+ *                    the dtypes it does not make (CPU with AMX: f32 and
+ *                    f16), this many per batch, costed as without a fast
+ *                    unit (below);
  *                    the batch size and store for such a set use it in
  *                    place of rows_batch. Rows are made at the fast rate; about
  *                    10 of every 32 rows of a batch are used (measured 10 to
@@ -145,6 +148,13 @@ static int gram_fast(const struct todre_backend *be, int64_t n, todre_dtype dt)
            np * np * sizeof(float) <= (double)be->params.workspace_limit;
 }
 
+/* Whether the fast unit makes this set's ROWS rows (caps.rows_fast_dtypes). */
+static int fast_rows(const struct todre_backend *be, todre_dtype dt)
+{
+    uint32_t m = be->caps.rows_fast_dtypes;
+    return fast_unit(be, dt) && (m == 0 || (m >> (unsigned)dt & 1u));
+}
+
 /* Whether ROWS can make this set's rows: on the fast unit, or by FMA units
  * at gram_fma_per_ns (src/cpu/select_rows.h): from rows of any dtype on a
  * backend that declares ROWS without a fast unit (CPU below AMX), and from
@@ -152,7 +162,7 @@ static int gram_fast(const struct todre_backend *be, int64_t n, todre_dtype dt)
  * with AMX: f32). */
 static int rows_unit(const struct todre_backend *be, todre_dtype dt)
 {
-    return fast_unit(be, dt) || be->caps.gram_fast_fma_per_ns <= 0 || be->caps.rows_fma_batch > 0;
+    return fast_rows(be, dt) || be->caps.gram_fast_fma_per_ns <= 0 || be->caps.rows_fma_batch > 0;
 }
 
 /* Rows per ROWS batch for this dtype: the fast unit's rows_batch, else the
@@ -160,7 +170,7 @@ static int rows_unit(const struct todre_backend *be, todre_dtype dt)
 static int64_t rows_batch(const struct todre_backend *be, todre_dtype dt)
 {
     const struct todre_backend_caps *c = &be->caps;
-    return fast_unit(be, dt) || c->rows_fma_batch <= 0 ? c->rows_batch : c->rows_fma_batch;
+    return fast_rows(be, dt) || c->rows_fma_batch <= 0 ? c->rows_batch : c->rows_fma_batch;
 }
 
 /* Rows the ROWS store holds within the limit (the batch output counts too),
@@ -205,9 +215,9 @@ static int32_t cheapest(const struct todre_backend *be, int64_t n_, int64_t k_, 
     }
     if (store) {
         double batch = (double)rows_batch(be, dt);
-        double used = batch * (fast_unit(be, dt) ? ROWS_USED_FRACTION : ROWS_FMA_USED_FRACTION);
+        double used = batch * (fast_rows(be, dt) ? ROWS_USED_FRACTION : ROWS_FMA_USED_FRACTION);
         double batches = ceil((double)(k_ - 1) / used);
-        double rows = fast_unit(be, dt)
+        double rows = fast_rows(be, dt)
             ? cost(batches * batch * n * d * prod, c->gram_fast_fma_per_ns) +
                   cost(n * d * pack, c->pack_bytes_per_ns)
             /* FMA units: one product per pair, rows packed as stored */

@@ -71,7 +71,10 @@ static void cpu_caps(struct todre_backend_caps *caps)
         caps->gram_fast_fma_per_ns = CPU_AMX_FMA_PER_NS;
         caps->rows_batch = TODRE_SEL_AMX_BATCH;
         caps->rows_row_bytes_per_n = (int64_t)sizeof(float);
-        /* f32 rows (no exact AMX split): the AVX-512 FMA kernel, as below */
+        /* ROWS: AMX makes bf16 rows; f32 (no exact AMX split) and f16 (the
+         * split's packed rows stream twice the bytes) come from the
+         * AVX-512 FMA kernel, as below */
+        caps->rows_fast_dtypes = TODRE_SEL_AMX_ROWS_DTYPES;
         caps->rows_fma_batch = TODRE_SEL_ROWS_BATCH;
     } else if (todre_cpu_isa() >= TODRE_CPU_ISA_AVX2) {
         /* AVX2 / AVX-512: the FMA kernels (select_rows.h) make rows of any dtype,

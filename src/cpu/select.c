@@ -192,10 +192,10 @@ static todre_status follow_plan(struct todre_sel_seg *s, struct todre_select_pla
             plan->store_rows > s->n || s->n > INT32_MAX)
             break;
         /* Both kernels pack every row once, and the packed rows share the
-         * workspace limit with the store, which may shrink. AMX first (its
-         * f16 pack takes 4 bytes a value: at n = 18,000, d = 4096 that alone
-         * is 295 MB, more than the default limit); where it does not fit, or
-         * the guard's fp32 copy left the set no AMX path, the FMA kernels;
+         * workspace limit with the store, which may shrink. AMX first, for
+         * the dtypes it makes rows of (TODRE_SEL_AMX_ROWS_DTYPES: bf16);
+         * where it does not fit, or the set is f16 or f32 (or the guard's
+         * fp32 copy), the FMA kernels;
          * where they do not fit either (or read the guard's copy, slot B),
          * GEMV, which needs no memory beyond O(n + d). */
         int64_t slots = todre_sel_amx_rows_slots(s, plan->store_rows);

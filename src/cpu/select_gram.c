@@ -145,7 +145,8 @@ static size_t amx_store_bytes(const struct todre_sel_seg *s, int64_t npad, int64
 
 int64_t todre_sel_amx_rows_slots(const struct todre_sel_seg *s, int64_t planned)
 {
-    if (!todre_sel_amx_usable(s->dtype)) return 0;
+    if (!(TODRE_SEL_AMX_ROWS_DTYPES >> (unsigned)s->dtype & 1u) || !todre_sel_amx_usable(s->dtype))
+        return 0;
     struct amx_rows_layout L = amx_rows_layout(s);
     double left = (double)s->be->base.params.workspace_limit - (double)L.b_bytes -
                   (double)amx_store_bytes(s, L.p.npad, 0);

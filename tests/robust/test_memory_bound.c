@@ -12,9 +12,9 @@
  *    plan on f16 at n = 2000 and 24 MiB, where the 16 MB matrix fits and an
  *    fp32 copy of the rows (32 MB) beside it would not. The slack is SLACK_BASE_KIB plus
  *    SLACK_PER_THREAD_KIB per thread. The rows a ROWS plan packs count
- *    against the limit like everything else (on AMX, 4 bytes per f16
- *    value: 295 MB here, so at 16 MiB and 256 MiB the set runs on the FMA
- *    kernels or as GEMV; at 512 MiB on AMX itself).
+ *    against the limit like everything else (f16 on the FMA kernels, as
+ *    stored, or as GEMV at 16 MiB; AMX's bf16 rows, 2 bytes a value, 147
+ *    MB here, at 512 MiB on AMX itself where the CPU has it).
  *  - Stage 2's fused path (todre_relevance_observe_qk) at K = 32,768 (H = 2,
  *    dh = 64, f32): within the documented working set, about 230 KiB per
  *    thread whatever K is (docs/bench_stage2.md), plus the slack; and the
@@ -162,7 +162,9 @@ static void *stage1_input(int64_t n, todre_dtype dt)
         if (dt == TODRE_DTYPE_F32)
             memcpy((float *)x + i * S1_D, row, S1_D * sizeof *row);
         else
-            for (int64_t j = 0; j < S1_D; j++) ((uint16_t *)x)[i * S1_D + j] = todre_f32_to_f16(row[j]);
+            for (int64_t j = 0; j < S1_D; j++)
+                ((uint16_t *)x)[i * S1_D + j] =
+                    dt == TODRE_DTYPE_BF16 ? todre_f32_to_bf16(row[j]) : todre_f32_to_f16(row[j]);
     }
     free(row);
     free(centers);
@@ -204,7 +206,7 @@ static int stage1_case(const char *name, struct s1 c)
     }
     /* The limit bounds all the memory beyond the input
      * (TODRE_CONTEXT_WORKSPACE_LIMIT), the packed rows of a ROWS plan
-     * included (AMX: 4 bytes per f16 value, 295 MB here; FMA: as stored). */
+     * included (AMX: 2 bytes per bf16 value, 147 MB here; FMA: as stored). */
     long extra = 0;
     char what[160];
     snprintf(what, sizeof what, "n %lld dtype %d pivot %d limit_kib %lld extra_kib %ld threads %d "
@@ -295,9 +297,9 @@ static int child_main(const char *name)
         {"stage1_16mib_auto", {S1_N, SMALL_LIMIT, 0, TODRE_DTYPE_F16, TODRE_PIVOT_AUTO}},
         {"stage1_16mib_gram", {S1_N, SMALL_LIMIT, 2, TODRE_DTYPE_F16, TODRE_PIVOT_AUTO}},
         {"stage1_16mib_rows", {S1_N, SMALL_LIMIT, 3, TODRE_DTYPE_F16, TODRE_PIVOT_AUTO}},
-        /* room for AMX's packed rows (295 MB) and a store: the AMX kernel
-         * runs where the CPU has it, and stays within the limit too */
-        {"stage1_512mib_rows", {S1_N, BIG_LIMIT, 3, TODRE_DTYPE_F16, TODRE_PIVOT_AUTO}},
+        /* room for AMX's packed bf16 rows (147 MB) and a store: the AMX
+         * kernel runs where the CPU has it, and stays within the limit too */
+        {"stage1_512mib_rows", {S1_N, BIG_LIMIT, 3, TODRE_DTYPE_BF16, TODRE_PIVOT_AUTO}},
         {"stage1_16mib_auto_f32", {S1_N, SMALL_LIMIT, 0, TODRE_DTYPE_F32, TODRE_PIVOT_AUTO}},
         /* every pairwise product, so a smaller n (the old fp32 copy of the
          * f16 rows, 32 MiB, is twice the limit) */

@@ -46,6 +46,8 @@ static struct todre_backend cpu_amx(int64_t limit, int64_t strategy)
     be.caps.gram_fast_fma_per_ns = 1200;
     be.caps.rows_batch = 32;
     be.caps.rows_row_bytes_per_n = 4;
+    be.caps.rows_fma_batch = 12;
+    be.caps.rows_fast_dtypes = 1u << TODRE_DTYPE_BF16;
     return be;
 }
 
@@ -116,10 +118,12 @@ static struct todre_select_plan plan1(const struct todre_backend *be, int64_t n,
 /* ---- AUTO: the cost model ------------------------------------------------------- */
 
 /* The benchmark case of docs/bench_stage1.md, n = 2880, d = 4096, k = 288.
- * With AMX (ns, rates of the CPU): GEMV 287 n d 2 / 50 = 135.4e6; GRAM on
- * AMX n^2 d / 2 * 4 / 1200 + 2 n d 4 / 12 = 64.5e6; ROWS ceil(287 / 10) = 29
- * batches: 29 * 32 n d 4 / 1200 + n d 4 / 12 = 40.4e6, the store holds all
- * n rows (256 MiB / (2880 * 4) - 32 = 23269 >= n). */
+ * With AMX (ns, rates of the CPU): bf16 GEMV 287 n d 2 / 50 = 135.4e6; ROWS
+ * on AMX ceil(287 / 10) = 29 batches: 29 * 32 n d / 1200 + n d 2 / 12 =
+ * 11.1e6, the store holds all n rows (256 MiB / (2880 * 4) - 32 = 23269 >=
+ * n). f16 rows come from the FMA kernels (rows_fast_dtypes): ceil(287 /
+ * 7.2) = 40 batches of 12 n d / (135 * 1.1) + 2 n d 2 / 12 = 42.1e6 against
+ * GRAM on AMX n^2 d / 2 * 4 / 1200 + 2 n d 4 / 12 = 64.5e6: ROWS. */
 static void auto_amx_benchmark_case(void **state)
 {
     (void)state;
@@ -127,10 +131,10 @@ static void auto_amx_benchmark_case(void **state)
     assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 288, 4096, BF16, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 288, 4096, BF16, MAX_MIN, TODRE_PIVOT_CLS), ROWS, 2880);
-    /* fp32 has no fast unit: GEMV 270.9e6 vs BLAS GRAM n^2 d / 2 / 135 = 125.8e6 */
-    assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
-    /* k = 20: 2 batches, 6.4e6, against GEMV 8.96e6; k = 10: 1 batch, 5.2e6,
-     * against GEMV 4.2e6 */
+    /* fp32 on the FMA kernels too (auto_amx_f32_on_fma) */
+    assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    /* f16, k = 20: 3 FMA batches, 6.8e6, against GEMV 8.96e6; k = 10: 2
+     * batches, 5.8e6, against GEMV 4.2e6 */
     assert_plan(plan1(&be, 2880, 20, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 10, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
 }
@@ -182,29 +186,42 @@ static void auto_fma_rows(void **state)
     assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
 }
 
-/* With AMX, f32 sets (no exact bf16 split) get their rows from the FMA
- * kernels (rows_fma_batch, src/cpu/cpu_backend.c): ROWS in batches of 12
- * with the crossovers of auto_fma_rows, a store sized by that batch, while
- * 16-bit sets stay on AMX. Without rows_fma_batch (the caps before),
- * f32 had no ROWS there. */
+/* With AMX, f32 sets (no exact bf16 split) and f16 sets (rows_fast_dtypes:
+ * bf16 only) get their rows from the FMA kernels (rows_fma_batch,
+ * src/cpu/cpu_backend.c): ROWS in batches of 12 with the crossovers of
+ * auto_fma_rows, a store sized by that batch, while bf16 sets stay on AMX.
+ * Without rows_fma_batch (the caps before) f32 had no ROWS there, and
+ * without rows_fast_dtypes f16 rows were costed and sized as AMX's. */
 static void auto_amx_f32_on_fma(void **state)
 {
     (void)state;
     struct todre_backend be = cpu_amx(DEFAULT_LIMIT, TODRE_STRATEGY_AUTO);
-    be.caps.rows_fma_batch = 12;
     assert_plan(plan1(&be, 2880, 11, 4096, F32, MAX_SUM, CENTER), GEMV, 0);
     assert_plan(plan1(&be, 2880, 12, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 886, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
     assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    /* a limit of 100 rows of n floats: 100 - 12 stored f32 rows, 100 - 32 f16 */
+    /* f16: FMA rows from k = 14 (against GEMV) to 454, where ceil(453 /
+     * 7.2) = 63 batches cost 64.0e6 against AMX's Gram matrix (4 products a
+     * pair) 64.5e6; k = 455: 64 batches, 64.9e6 */
+    assert_plan(plan1(&be, 2880, 13, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 14, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 454, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 455, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    /* a limit of 100 rows of n floats: 100 - 12 stored f32 and f16 rows,
+     * 100 - 32 bf16 (AMX's batch) */
     struct todre_backend small = cpu_amx((int64_t)100 * 2880 * 4, TODRE_STRATEGY_ROWS);
-    small.caps.rows_fma_batch = 12;
     assert_plan(plan1(&small, 2880, 288, 4096, F32, MAX_SUM, CENTER), ROWS, 88);
+    assert_plan(plan1(&small, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 88);
+    assert_plan(plan1(&small, 2880, 288, 4096, BF16, MAX_SUM, CENTER), ROWS, 68);
+    small.caps.rows_fast_dtypes = 0; /* f16 on AMX, as before */
     assert_plan(plan1(&small, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 68);
     be.caps.rows_fma_batch = 0;
     assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
+    /* no FMA rows: f16 (not on AMX's rows) has no ROWS, and takes AMX's
+     * Gram matrix */
+    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
 }
 
 /* OpenBLAS's kernel class against the CPU's (src/cpu/blas_class.h): below
@@ -269,7 +286,9 @@ static void requested_strategies_fall_back(void **state)
     /* ROWS where AUTO would take GEMV */
     be = cpu_amx(DEFAULT_LIMIT, TODRE_STRATEGY_ROWS);
     assert_plan(plan1(&be, 2880, 10, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    /* ROWS -> GRAM: fp32 has no fast unit, or the backend has no ROWS */
+    /* ROWS -> GRAM: fp32 has no fast unit (and here no FMA rows), or the
+     * backend has no ROWS */
+    be.caps.rows_fma_batch = 0;
     assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
     be = cpu_avx2(DEFAULT_LIMIT, TODRE_STRATEGY_ROWS);
     assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
@@ -279,31 +298,32 @@ static void requested_strategies_fall_back(void **state)
 }
 
 /* The ROWS store: rows of padded n * 4 bytes, one batch's output beside it,
- * at least two batches (or n). n = 2880: a row is 11520 bytes. */
+ * at least two batches (or n). n = 2880: a row is 11520 bytes. bf16 (AMX's
+ * rows, batches of 32). */
 static void rows_store_sizing(void **state)
 {
     (void)state;
     const int64_t row = 2880 * 4;
     struct todre_backend be = cpu_amx(row * (100 + 32), TODRE_STRATEGY_ROWS);
-    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 100);
+    assert_plan(plan1(&be, 2880, 288, 4096, BF16, MAX_SUM, CENTER), ROWS, 100);
     /* AUTO too: the Gram matrix does not fit, ROWS beats GEMV */
     be.params.strategy = TODRE_STRATEGY_AUTO;
-    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 100);
+    assert_plan(plan1(&be, 2880, 288, 4096, BF16, MAX_SUM, CENTER), ROWS, 100);
     be.params.workspace_limit = row * (100 + 32) + row - 1; /* floor */
-    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 100);
+    assert_plan(plan1(&be, 2880, 288, 4096, BF16, MAX_SUM, CENTER), ROWS, 100);
     /* 64 rows (two batches) is the least store */
     be.params.workspace_limit = row * (64 + 32);
-    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 64);
+    assert_plan(plan1(&be, 2880, 288, 4096, BF16, MAX_SUM, CENTER), ROWS, 64);
     be.params.workspace_limit = row * (64 + 32) - 1;
-    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 288, 4096, BF16, MAX_SUM, CENTER), GEMV, 0);
     be.params.strategy = TODRE_STRATEGY_ROWS;
-    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 288, 4096, BF16, MAX_SUM, CENTER), GEMV, 0);
     /* n = 40 pads to 64 (256-byte rows) and needs only its 40 rows */
     be.params.workspace_limit = 256 * (40 + 32);
-    assert_plan(plan1(&be, 40, 5, 64, F16, MAX_SUM, CENTER), ROWS, 40);
+    assert_plan(plan1(&be, 40, 5, 64, BF16, MAX_SUM, CENTER), ROWS, 40);
     be.params.workspace_limit = 256 * (40 + 32) - 1;
     /* 40^2 * 4 = 6400 bytes: the Gram matrix still fits */
-    assert_plan(plan1(&be, 40, 5, 64, F16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 40, 5, 64, BF16, MAX_SUM, CENTER), GRAM, 0);
     /* never more than n rows */
     be.params.workspace_limit = DEFAULT_LIMIT;
     assert_plan(plan1(&be, 40, 5, 64, BF16, MAX_SUM, CENTER), ROWS, 40);
@@ -346,9 +366,10 @@ static void isolated_pivot_takes_the_gram_matrix(void **state)
     /* one row: nothing to compare */
     be.params.strategy = TODRE_STRATEGY_AUTO;
     assert_plan(plan1(&be, 1, 1, 4096, F16, MAX_MIN, ISOLATED), GEMV, 0);
-    /* the matrix does not fit: the greedy's own rules (ROWS here) */
+    /* the matrix does not fit: the greedy's own rules (ROWS here, f16 rows
+     * on the FMA kernels: 16 MiB / 11520 - 12 = 1444 stored rows) */
     be.params.workspace_limit = 16 * MIB;
-    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_MIN, ISOLATED), ROWS, 1424);
+    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_MIN, ISOLATED), ROWS, 1444);
     assert_plan(plan1(&be, 2880, 1, 4096, F16, MAX_MIN, ISOLATED), GEMV, 0);
 }
 
