@@ -146,9 +146,30 @@ static void panel_t32(const float *const *src, int64_t k0, int64_t kl, float *ds
 }
 #endif
 
+/* Where column j of a panel is stored within a k row: j, or with f->perm
+ * (bf16 for the AVX2 kernel, bpair_bf16) the middle quads swapped (0-3, 8-11,
+ * 4-7, 12-15), an order that is its own inverse. */
+static inline int col_at(const struct todre_sel_rows_fma *f, int j)
+{
+    return f->perm ? (j & ~12) | (j & 4) << 1 | (j & 8) >> 1 : j;
+}
+
+/* Whether this process's kernel reads bf16 panels in col_at's swapped
+ * order: the AVX2 one (on AVX-512 the panels keep their order). */
+static int perm_for(todre_dtype dt)
+{
+#ifdef TODRE_ROWS_X86
+    enum todre_cpu_isa isa = todre_cpu_isa();
+    return dt == TODRE_DTYPE_BF16 && isa >= TODRE_CPU_ISA_AVX2 && isa < TODRE_CPU_ISA_AVX512;
+#else
+    (void)dt;
+    return 0;
+#endif
+}
+
 /* All rows into panels, as stored (no conversion): panel p, K block kb holds
- * rows [p NR, p NR + NR) x columns [kb KC, kb KC + kl) as [k][NR]; rows past
- * n are zero. */
+ * rows [p NR, p NR + NR) x columns [kb KC, kb KC + kl) as [k][NR] (columns
+ * at col_at); rows past n are zero. */
 static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f)
 {
     const int64_t d = s->d, np = f->npad / NR, es = esize(f->dtype);
@@ -161,8 +182,9 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
             /* whole panels, in whole transposes */
             int64_t kv = kl / 8 * 8;
             if (p * NR + NR <= s->n && kv > 0) {
-                const void *src[NR];
-                for (int j = 0; j < NR; j++) src[j] = todre_sel_row(s->rows, s->dtype, s->stride, p * NR + j);
+                const void *src[NR]; /* by stored position */
+                for (int j = 0; j < NR; j++)
+                    src[col_at(f, j)] = todre_sel_row(s->rows, s->dtype, s->stride, p * NR + j);
                 if (es == 4) panel_t32((const float *const *)src, k0, kv, (float *)dst);
                 else panel_t16((const uint16_t *const *)src, k0, kv, (uint16_t *)dst);
                 for (int j = 0; j < NR; j++) {
@@ -173,8 +195,8 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
                 continue;
             }
 #endif
-            for (int64_t j = 0; j < NR; j++) {
-                int64_t v = p * NR + j;
+            for (int64_t jv = 0; jv < NR; jv++) {
+                int64_t v = p * NR + jv, j = col_at(f, (int)jv);
                 if (v >= s->n) {
                     for (int64_t kk = 0; kk < kl; kk++) memset(dst + (kk * NR + j) * es, 0, (size_t)es);
                     continue;
@@ -263,15 +285,29 @@ MICRO_GENERIC(bf16, gl_bf16)
 typedef float es_f32;
 typedef uint16_t es_f16, es_bf16;
 
-T_AVX2 static inline __m256 b8_f32(const void *b, int64_t i) { return _mm256_loadu_ps((const float *)b + i); }
-T_AVX2 static inline __m256 b8_f16(const void *b, int64_t i)
+
+/* A panel's k row (16 values from element i) as two fp32 halves, columns
+ * 0-7 and 8-15: f32 and f16 load and widen each half; bf16 loads all 16
+ * once and puts each value in the high half of a zero dword with the
+ * in-lane unpacks (2 shuffles, against 2 widenings and 2 shifts, which
+ * compete with the FMAs for their ports), which take columns 0-3 and 8-11
+ * of the register, hence panels stored in col_at's order (perm_for). */
+T_AVX2 static inline void bpair_f32(const void *b, int64_t i, __m256 *lo, __m256 *hi)
 {
-    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + i)));
+    *lo = _mm256_loadu_ps((const float *)b + i);
+    *hi = _mm256_loadu_ps((const float *)b + i + 8);
 }
-T_AVX2 static inline __m256 b8_bf16(const void *b, int64_t i)
+T_AVX2 static inline void bpair_f16(const void *b, int64_t i, __m256 *lo, __m256 *hi)
 {
-    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)b + i));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    *lo = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + i)));
+    *hi = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + i + 8)));
+}
+T_AVX2 static inline void bpair_bf16(const void *b, int64_t i, __m256 *lo, __m256 *hi)
+{
+    __m256i v = _mm256_loadu_si256((const __m256i *)((const uint16_t *)b + i));
+    __m256i z = _mm256_setzero_si256();
+    *lo = _mm256_castsi256_ps(_mm256_unpacklo_epi16(z, v));
+    *hi = _mm256_castsi256_ps(_mm256_unpackhi_epi16(z, v));
 }
 
 /* AVX2: 6 x 16 = 12 ymm accumulators, one fused chain per (i, j). */
@@ -282,7 +318,8 @@ T_AVX2 static inline __m256 b8_bf16(const void *b, int64_t i)
         __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,       \
                c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00; \
         for (int64_t k = 0; k < kl; k++) {                                                  \
-            __m256 b0 = b8_##T(b, k * NR), b1 = b8_##T(b, k * NR + 8), x;                   \
+            __m256 b0, b1, x;                                                               \
+            bpair_##T(b, k * NR, &b0, &b1);                                                 \
             _mm_prefetch((const char *)b + (k * NR) * (int64_t)sizeof(es_##T) + PF_BYTES,      \
                          _MM_HINT_T0);                                                      \
             const float *ak = a + k * MR;                                                   \
@@ -427,6 +464,7 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
     f->cols = b;
     f->pass = 0;
     f->mr = mr_for();
+    f->perm = perm_for(s->dtype);
     f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
     pack_cols(s, f);
     memset(&r->amx, 0, sizeof r->amx);
@@ -456,7 +494,7 @@ size_t todre_sel_gram_fma_bytes(const struct todre_sel_seg *s)
 todre_status todre_sel_gram_fma_upper(struct todre_sel_seg *s, float *g, struct todre_diag *diag)
 {
     struct todre_sel_rows_fma f = {.npad = pad_nr(s->n), .dtype = s->dtype, .pass = 0,
-                                   .mr = mr_for()};
+                                   .mr = mr_for(), .perm = perm_for(s->dtype)};
     char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
     if (!b) {
         snprintf(diag->buf, diag->cap, "workspace: cannot pack %lld rows for a Gram matrix",

@@ -45,6 +45,7 @@ struct todre_sel_rows_fma {
     todre_dtype dtype; /* of cols: as stored (f32, f16, bf16) */
     unsigned pass;     /* batches made: the panel order alternates */
     int mr;            /* batch rows per micro-kernel call (select_rows.c, mr_for) */
+    int perm;          /* panel columns stored in col_at's order (select_rows.c) */
 };
 
 /* Whether the FMA ROWS kernels serve this process (AVX2 or AVX-512 level). */
