@@ -43,7 +43,7 @@ static struct todre_backend cpu_amx(int64_t limit, int64_t strategy)
 {
     struct todre_backend be = cpu_avx2(limit, strategy);
     be.caps.strategies |= 1u << TODRE_STRATEGY_ROWS;
-    be.caps.gram_fast_fma_per_ns = 1200;
+    be.caps.gram_fast_fma_per_ns = 500;
     be.caps.rows_batch = 32;
     be.caps.rows_row_bytes_per_n = 4;
     be.caps.rows_fma_batch = 12;
@@ -119,11 +119,12 @@ static struct todre_select_plan plan1(const struct todre_backend *be, int64_t n,
 
 /* The benchmark case of docs/bench_stage1.md, n = 2880, d = 4096, k = 288.
  * With AMX (ns, rates of the CPU): bf16 GEMV 287 n d 2 / 50 = 135.4e6; ROWS
- * on AMX ceil(287 / 10) = 29 batches: 29 * 32 n d / 1200 + n d 2 / 12 =
- * 11.1e6, the store holds all n rows (256 MiB / (2880 * 4) - 32 = 23269 >=
+ * on AMX ceil(287 / 10) = 29 batches: 29 * 32 n d / 500 + n d 2 / 12 =
+ * 23.9e6, against AMX's Gram matrix n^2 d / 2 / 500 + 2 n d 2 / 12 =
+ * 37.9e6; the store holds all n rows (256 MiB / (2880 * 4) - 32 = 23269 >=
  * n). f16 rows come from the FMA kernels (rows_fast_dtypes): ceil(287 /
  * 7.2) = 40 batches of 12 n d / (135 * 1.1) + 2 n d 2 / 12 = 42.1e6 against
- * GRAM on AMX n^2 d / 2 * 4 / 1200 + 2 n d 4 / 12 = 64.5e6: ROWS. */
+ * GRAM on AMX n^2 d / 2 * 4 / 500 + 2 n d 4 / 12 = 143.8e6: ROWS. */
 static void auto_amx_benchmark_case(void **state)
 {
     (void)state;
@@ -202,13 +203,13 @@ static void auto_amx_f32_on_fma(void **state)
     assert_plan(plan1(&be, 2880, 886, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
     assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    /* f16: FMA rows from k = 14 (against GEMV) to 454, where ceil(453 /
-     * 7.2) = 63 batches cost 64.0e6 against AMX's Gram matrix (4 products a
-     * pair) 64.5e6; k = 455: 64 batches, 64.9e6 */
+    /* f16: FMA rows from k = 14 (against GEMV) to 1052, where ceil(1051 /
+     * 7.2) = 146 batches cost 143.1e6 against AMX's Gram matrix (4 products
+     * a pair) 143.8e6; k = 1053: 147 batches, 144.1e6 */
     assert_plan(plan1(&be, 2880, 13, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
     assert_plan(plan1(&be, 2880, 14, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 454, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 455, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 1052, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 1053, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
     /* a limit of 100 rows of n floats: 100 - 12 stored f32 and f16 rows,
      * 100 - 32 bf16 (AMX's batch) */
     struct todre_backend small = cpu_amx((int64_t)100 * 2880 * 4, TODRE_STRATEGY_ROWS);
@@ -219,9 +220,10 @@ static void auto_amx_f32_on_fma(void **state)
     assert_plan(plan1(&small, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 68);
     be.caps.rows_fma_batch = 0;
     assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
-    /* no FMA rows: f16 (not on AMX's rows) has no ROWS, and takes AMX's
-     * Gram matrix */
-    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    /* no FMA rows: f16 (not on AMX's rows) has no ROWS: GEMV (135.4e6) at
+     * k = 288, AMX's Gram matrix (143.8e6) at k = 720 (GEMV 339.3e6) */
+    assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 720, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
 }
 
 /* OpenBLAS's kernel class against the CPU's (src/cpu/blas_class.h): below
