@@ -41,8 +41,10 @@ extern "C" {
 #endif
 
 /* Bumped on any change to the structs or the table below; the loader refuses
- * a module built against another value. */
-#define TODRE_BACKEND_ABI_VERSION 2u
+ * a module built against another value. 3: caps.rows_fma_batch and
+ * caps.rows_fast_dtypes (a core reading them from a module built before
+ * would read past its caps). */
+#define TODRE_BACKEND_ABI_VERSION 3u
 
 /* Where a backend writes the detail text of a failure (NUL-terminated,
  * truncated to cap). The core copies it into the context's message. */

@@ -4,11 +4,12 @@
  * selected token c, with the strategy the core's planner chose for the set
  * (src/select_plan.c): one matrix-vector product over the n rows per step
  * (GEMV: the rows are read in place, f16 / bf16 included), or one row of a
- * Gram matrix made up front (GRAM), or, with AMX, one row made on demand
- * (ROWS): when the row of the new c is not there
- * yet, the rows of c and of the 31 untaken tokens most likely to come next
- * (the best current values) are made together: AMX makes rows in blocks of
- * 32 anyway, and on clustered or Gaussian data 10 to 26 of them are used.
+ * Gram matrix made up front (GRAM), or one row made on demand (ROWS, by
+ * AMX or the FMA kernels): when the row of the new c is not there yet, the
+ * rows of c and of the 31 (AMX) or 11 (FMA) untaken tokens most likely to
+ * come next (the best current values) are made together: AMX makes rows in
+ * blocks of 32 anyway, and on clustered or Gaussian data 10 to 26 of them
+ * are used (about 9 of 12 on the FMA kernels).
  * Any row is the same, whichever batch makes it, so the speculation changes
  * only the time, never the selection. A row is used once, so ROWS keeps only
  * rows made and not yet used, in a store the planner sized by the workspace

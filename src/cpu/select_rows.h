@@ -1,7 +1,7 @@
 /* Gram rows made on demand by FMA units (select_rows.c): the ROWS strategy
- * on the AVX2 + FMA + F16C and AVX-512F levels (AMX machines use AMX for
- * 16-bit rows; the generic level uses BLAS's GRAM), for f32, f16 and bf16
- * rows alike.
+ * on the AVX2 + FMA + F16C and AVX-512F levels, and on AMX machines for
+ * f32 and f16 rows (AMX makes bf16 ones, TODRE_SEL_AMX_ROWS_DTYPES; the
+ * generic level uses BLAS's GRAM), for f32, f16 and bf16 rows alike.
  *
  * All n rows are packed once into column panels (TODRE_SEL_ROWS_NR columns,
  * K-major, in K blocks of TODRE_SEL_ROWS_KC), keeping their stored type
