@@ -43,7 +43,8 @@
  *   pack_bytes_per_ns  conversion and packing before products (above).
  *   rows_batch       ROWS: rows made per batch (also the fast unit's
  *                    padding); ROWS needs rows_batch > 0 and either the
- *                    fast unit and a 16-bit dtype, or no fast unit, or
+ *                    fast unit and a dtype it makes rows of
+ *                    (rows_fast_dtypes), or no fast unit, or
  *                    rows_fma_batch > 0.
  *   rows_fast_dtypes bitmask of 1u << dtype whose ROWS rows the fast unit
  *                    makes; 0: every dtype it takes. GRAM is unaffected.
