@@ -68,21 +68,19 @@ int todre_sel_amx_usable(todre_dtype dtype)
 #define T_PACK __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,f16c")))
 #define T_AMX __attribute__((target("amx-tile,amx-bf16,avx512f")))
 
-/* Widen 16 stored values (f16 or bf16) starting at element k of row, zero
- * past d. */
-T_PACK static inline __m512 load16(const void *row, todre_dtype dt, int64_t k, int64_t d)
-{
-    __mmask16 m = k + 16 <= d ? 0xffff : k >= d ? 0 : (__mmask16)((1u << (d - k)) - 1u);
-    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k);
-    if (dt == TODRE_DTYPE_F16) return _mm512_cvtph_ps(h);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 /* 16 stored 16-bit values from element k of row, bit for bit, zero past d. */
 T_PACK static inline __m256i load16_bits(const void *row, int64_t k, int64_t d)
 {
     __mmask16 m = k + 16 <= d ? 0xffff : k >= d ? 0 : (__mmask16)((1u << (d - k)) - 1u);
     return _mm256_maskz_loadu_epi16(m, (const uint16_t *)row + k);
+}
+
+/* The same widened (f16 or bf16). */
+T_PACK static inline __m512 load16(const void *row, todre_dtype dt, int64_t k, int64_t d)
+{
+    __m256i h = load16_bits(row, k, d);
+    if (dt == TODRE_DTYPE_F16) return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 /* Pairs per row: neighbouring bf16 values, or (h, l) of each f16 value. */

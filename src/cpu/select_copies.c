@@ -52,6 +52,14 @@ static inline uint64_t word_bits(const void *p, uint64_t sign)
     return w & ~(sign & ~nonzero);
 }
 
+/* FNV's low bits mix poorly: spread the high ones down. */
+static inline uint64_t mix(uint64_t h)
+{
+    h ^= h >> 31;
+    h *= 0x94d049bb133111ebull;
+    return h ^ (h >> 29);
+}
+
 /* FNV-style multiply-xor over 8-byte words in four independent lanes (one
  * serial chain per element made the hash about 10 % of a stage-1 call at
  * d = 4096), folded and mixed at the end. Equal rows (as numbers) hash
@@ -71,10 +79,7 @@ static uint64_t row_hash(const void *row, todre_dtype dt, int64_t d)
         h3 = (h3 ^ word_bits(b + (j + 3 * per) * es, sign)) * P;
     }
     for (; j < d; j++) h0 = (h0 ^ elem_bits(row, dt, j)) * P;
-    uint64_t h = ((h0 * P ^ h1) * P ^ h2) * P ^ h3;
-    h ^= h >> 31; /* FNV's low bits mix poorly: spread the high ones down */
-    h *= 0x94d049bb133111ebull;
-    return h ^ (h >> 29);
+    return mix(((h0 * P ^ h1) * P ^ h2) * P ^ h3);
 }
 
 /* A hash of SAMPLE_WORDS 8-byte words spread over the row (the whole row
@@ -96,9 +101,7 @@ static uint64_t sample_hash(const void *row, todre_dtype dt, int64_t d)
         int64_t at = w * (words - 1) / (SAMPLE_WORDS - 1); /* first and last included */
         h = (h ^ word_bits(b + at * per * es, sign)) * P;
     }
-    h ^= h >> 31;
-    h *= 0x94d049bb133111ebull;
-    return h ^ (h >> 29);
+    return mix(h);
 }
 
 static int same_values(const struct todre_sel_seg *s, int64_t a, int64_t b)
@@ -151,14 +154,22 @@ void todre_sel_find_copies(struct todre_sel_seg *s)
                                         s->dtype, s->d),
                             i};
     sort_recs(r, n);
-    /* rows that share a sample hash: their full hashes, each run sorted
-     * again (copies stay together, indices ascending among equal hashes) */
+    /* rows that share a sample hash: their full hashes (in parallel: all
+     * rows may share one), each run sorted again (copies stay together,
+     * indices ascending among equal hashes). rep_buf, filled below, first
+     * holds each record's run start, or -1 alone. */
+    int64_t *run = s->rep_buf;
     for (int64_t a = 0, b; a < n; a = b) {
         for (b = a + 1; b < n && r[b].h == r[a].h; b++) {}
-        if (b - a < 2) continue;
-        for (int64_t q = a; q < b; q++)
+        for (int64_t q = a; q < b; q++) run[q] = b - a < 2 ? -1 : a;
+    }
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+    for (int64_t q = 0; q < n; q++)
+        if (run[q] >= 0)
             r[q].h = row_hash(todre_sel_row(s->rows, s->dtype, s->stride, r[q].i), s->dtype, s->d);
-        sort_recs(r + a, b - a);
+    for (int64_t a = 0, b; a < n; a = b) {
+        for (b = a + 1; b < n && run[b] == run[a]; b++) {}
+        if (run[a] >= 0) sort_recs(r + a, b - a);
     }
     for (int64_t i = 0; i < n; i++) s->rep_buf[i] = i;
     /* within a run of equal hashes, indices ascend: the first equal row met

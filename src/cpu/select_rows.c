@@ -28,7 +28,6 @@
 #define KC TODRE_SEL_ROWS_KC
 #define MR TODRE_SEL_ROWS_MR
 #define AROWS TODRE_SEL_ROWS_AROWS
-#define GROUPS (AROWS / MR)
 
 /* Rows per micro-kernel call on AVX-512: 12 zmm chains. The FMA's latency
  * (4 cycles) times its two ports needs 8 or more; with 6 rows the kernel
@@ -38,15 +37,6 @@
 
 _Static_assert(AROWS % MR == 0 && AROWS % MR_WIDE == 0 && AROWS >= TODRE_SEL_AMX_BATCH,
                "batch rows in MR groups");
-
-/* The rows per micro-kernel call this process's kernels take (f->mr). */
-static int mr_for(void)
-{
-#ifdef TODRE_ROWS_X86
-    if (todre_cpu_isa() >= TODRE_CPU_ISA_AVX512) return MR_WIDE;
-#endif
-    return MR;
-}
 
 /* Not on the generic level: there the portable kernel (kept for the
  * dispatch's completeness) is slower than BLAS's GRAM, which the planner
@@ -147,24 +137,11 @@ static void panel_t32(const float *const *src, int64_t k0, int64_t kl, float *ds
 #endif
 
 /* Where column j of a panel is stored within a k row: j, or with f->perm
- * (bf16 for the AVX2 kernel, bpair_bf16) the middle quads swapped (0-3, 8-11,
+ * (bf16 for the AVX2 kernel, bpair_bf16; set_kernel) the middle quads swapped (0-3, 8-11,
  * 4-7, 12-15), an order that is its own inverse. */
 static inline int col_at(const struct todre_sel_rows_fma *f, int j)
 {
     return f->perm ? (j & ~12) | (j & 4) << 1 | (j & 8) >> 1 : j;
-}
-
-/* Whether this process's kernel reads bf16 panels in col_at's swapped
- * order: the AVX2 one (on AVX-512 the panels keep their order). */
-static int perm_for(todre_dtype dt)
-{
-#ifdef TODRE_ROWS_X86
-    enum todre_cpu_isa isa = todre_cpu_isa();
-    return dt == TODRE_DTYPE_BF16 && isa >= TODRE_CPU_ISA_AVX2 && isa < TODRE_CPU_ISA_AVX512;
-#else
-    (void)dt;
-    return 0;
-#endif
 }
 
 /* All rows into panels, as stored (no conversion): panel p, K block kb holds
@@ -239,9 +216,8 @@ static void pack_batch(const struct todre_sel_seg *s, const struct todre_sel_row
 
 /* Each writes rows [0, rows) of its mr x NR block of c (row stride ldc; mr:
  * MR_WIDE for the AVX-512 kernels, else MR): the
- * block's products from zero, stored when first, else added to c. */
-typedef void (*micro_fn)(const float *a, const void *b, int64_t kl, float *c, int64_t ldc,
-                         int first, int rows);
+ * block's products from zero, stored when first, else added to c
+ * (todre_sel_rows_micro_fn, select_rows.h). */
 
 /* Portable C: one chain per (i, j), unfused multiply and add. */
 #define MICRO_GENERIC(T, LOAD)                                                              \
@@ -291,7 +267,7 @@ typedef uint16_t es_f16, es_bf16;
  * once and puts each value in the high half of a zero dword with the
  * in-lane unpacks (2 shuffles, against 2 widenings and 2 shifts, which
  * compete with the FMAs for their ports), which take columns 0-3 and 8-11
- * of the register, hence panels stored in col_at's order (perm_for). */
+ * of the register, hence panels stored in col_at's order (set_kernel). */
 T_AVX2 static inline void bpair_f32(const void *b, int64_t i, __m256 *lo, __m256 *hi)
 {
     *lo = _mm256_loadu_ps((const float *)b + i);
@@ -395,17 +371,41 @@ MICRO_AVX512(bf16)
 
 #endif /* TODRE_ROWS_X86 */
 
-static micro_fn micro_for(todre_dtype dt)
+/* The kernel for f->dtype at this process's level, with what it needs of
+ * the packing: its rows per call (f->mr) and, for the AVX2 bf16 kernel,
+ * the swapped panel order (f->perm). */
+static void set_kernel(struct todre_sel_rows_fma *f)
 {
-    int f16 = dt == TODRE_DTYPE_F16, bf16 = dt == TODRE_DTYPE_BF16;
+    int f16 = f->dtype == TODRE_DTYPE_F16, bf16 = f->dtype == TODRE_DTYPE_BF16;
+    f->mr = MR;
+    f->perm = 0;
 #ifdef TODRE_ROWS_X86
     enum todre_cpu_isa isa = todre_cpu_isa();
-    if (isa >= TODRE_CPU_ISA_AVX512)
-        return f16 ? micro_avx512_f16 : bf16 ? micro_avx512_bf16 : micro_avx512_f32;
-    if (isa >= TODRE_CPU_ISA_AVX2)
-        return f16 ? micro_avx2_f16 : bf16 ? micro_avx2_bf16 : micro_avx2_f32;
+    if (isa >= TODRE_CPU_ISA_AVX512) {
+        f->micro = f16 ? micro_avx512_f16 : bf16 ? micro_avx512_bf16 : micro_avx512_f32;
+        f->mr = MR_WIDE;
+        return;
+    }
+    if (isa >= TODRE_CPU_ISA_AVX2) {
+        f->micro = f16 ? micro_avx2_f16 : bf16 ? micro_avx2_bf16 : micro_avx2_f32;
+        f->perm = bf16;
+        return;
+    }
 #endif
-    return f16 ? micro_generic_f16 : bf16 ? micro_generic_bf16 : micro_generic_f32;
+    f->micro = f16 ? micro_generic_f16 : bf16 ? micro_generic_bf16 : micro_generic_f32;
+}
+
+/* The packed operands in slot B (as pack_bytes sizes it), the kernel chosen,
+ * and every row packed into panels. */
+static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, char *b)
+{
+    f->npad = pad_nr(s->n);
+    f->dtype = s->dtype;
+    f->pass = 0;
+    f->cols = b;
+    f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
+    set_kernel(f);
+    pack_cols(s, f);
 }
 
 /* out[r * npad + v] = dot(batch row r, row v) for r < count, v in the
@@ -426,7 +426,7 @@ static void batch_products(const struct todre_sel_seg *s, struct todre_sel_rows_
     const int64_t d = s->d, np = f->npad / NR, ld = f->npad, es = esize(f->dtype);
     const int mr = f->mr, groups = (count + mr - 1) / mr;
     const int back = (int)(f->pass++ & 1u);
-    micro_fn micro = micro_for(f->dtype);
+    todre_sel_rows_micro_fn micro = f->micro;
     /* chunks of panels handed out in sweep order: a thread slowed by
      * another process does less, instead of the others waiting for it */
 #pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 4)
@@ -452,8 +452,6 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
 {
     struct todre_sel_rows_fma *f = &r->fma;
     int64_t slots = s->plan->store_rows;
-    f->npad = pad_nr(s->n);
-    f->dtype = s->dtype;
     char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
     char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, store_bytes(s->n, slots));
     if (!b || !c) {
@@ -461,12 +459,7 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
                  (long long)slots, (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
-    f->cols = b;
-    f->pass = 0;
-    f->mr = mr_for();
-    f->perm = perm_for(s->dtype);
-    f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
-    pack_cols(s, f);
+    set_operands(s, f, b);
     memset(&r->amx, 0, sizeof r->amx);
     size_t rows = (size_t)f->npad * (size_t)(slots + AROWS) * sizeof(float);
     todre_sel_store_init(r, c, rows, f->npad, s->n, slots);
@@ -493,17 +486,14 @@ size_t todre_sel_gram_fma_bytes(const struct todre_sel_seg *s)
 
 todre_status todre_sel_gram_fma_upper(struct todre_sel_seg *s, float *g, struct todre_diag *diag)
 {
-    struct todre_sel_rows_fma f = {.npad = pad_nr(s->n), .dtype = s->dtype, .pass = 0,
-                                   .mr = mr_for(), .perm = perm_for(s->dtype)};
+    struct todre_sel_rows_fma f;
     char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
     if (!b) {
         snprintf(diag->buf, diag->cap, "workspace: cannot pack %lld rows for a Gram matrix",
                  (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
-    f.cols = b;
-    f.a = (float *)(b + align64((size_t)f.npad * (size_t)s->d * (size_t)esize(s->dtype)));
-    pack_cols(s, &f);
+    set_operands(s, &f, b);
     int64_t ids[AROWS];
     /* batches of AROWS rows: each B block loaded serves AROWS rows, and a
      * batch needs only the panels from its first row's on */

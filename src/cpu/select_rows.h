@@ -37,6 +37,10 @@
 struct todre_sel_seg;
 struct todre_sel_rows;
 
+/* A micro-kernel (select_rows.c). */
+typedef void (*todre_sel_rows_micro_fn)(const float *a, const void *b, int64_t kl, float *c,
+                                        int64_t ldc, int first, int rows);
+
 /* Packed operands of the FMA ROWS kernels. */
 struct todre_sel_rows_fma {
     void *cols;        /* all rows as panels: [panel][K block][k][NR] */
@@ -44,7 +48,8 @@ struct todre_sel_rows_fma {
     int64_t npad;      /* n rounded up to NR (the store's row length) */
     todre_dtype dtype; /* of cols: as stored (f32, f16, bf16) */
     unsigned pass;     /* batches made: the panel order alternates */
-    int mr;            /* batch rows per micro-kernel call (select_rows.c, mr_for) */
+    todre_sel_rows_micro_fn micro; /* the kernel for dtype at this level */
+    int mr;            /* batch rows per call of micro */
     int perm;          /* panel columns stored in col_at's order (select_rows.c) */
 };
 
