@@ -320,6 +320,54 @@ FZ_NOCOV void *fz_tensor_elem(const struct fz_tensor *x, const int64_t *idx)
     return (char *)t->data + t->byte_offset + (size_t)off * isz;
 }
 
+/* The element offsets (in elements, from data + byte_offset) of a FITS
+ * tensor in flat order, by stepping an index odometer: what fz_tensor_elem
+ * computes per element, without the divisions. */
+FZ_NOCOV static int64_t *flat_offsets(const struct fz_tensor *x)
+{
+    const DLTensor *t = &x->t;
+    int64_t *off = malloc((size_t)(x->count > 0 ? x->count : 1) * sizeof *off);
+    if (!off) abort();
+    int64_t st[TODRE_MAX_RANK], idx[TODRE_MAX_RANK] = {0}, compact = 1, o = 0;
+    for (int i = t->ndim - 1; i >= 0; i--) {
+        st[i] = t->strides ? t->strides[i] : compact;
+        compact *= t->shape[i];
+    }
+    for (int64_t f = 0; f < x->count; f++) {
+        off[f] = o;
+        for (int i = t->ndim - 1; i >= 0; i--) {
+            if (++idx[i] < t->shape[i]) {
+                o += st[i];
+                break;
+            }
+            o -= (t->shape[i] - 1) * st[i]; /* 0 for a dimension of size 1 */
+            idx[i] = 0;
+        }
+    }
+    return off;
+}
+
+FZ_NOCOV void fz_tensor_scatter(struct fz_tensor *x, const void *src)
+{
+    size_t isz = fz_known_itemsize(x->t.dtype);
+    char *base = (char *)x->t.data + x->t.byte_offset;
+    int64_t *off = flat_offsets(x);
+    for (int64_t f = 0; f < x->count; f++)
+        memcpy(base + (size_t)off[f] * isz, (const char *)src + (size_t)f * isz, isz);
+    free(off);
+}
+
+FZ_NOCOV double *fz_tensor_doubles(const struct fz_tensor *x, int dt)
+{
+    double *v = malloc((size_t)(x->count > 0 ? x->count : 1) * sizeof *v);
+    if (!v) abort();
+    const char *base = (const char *)x->t.data + x->t.byte_offset;
+    int64_t *off = flat_offsets(x);
+    for (int64_t f = 0; f < x->count; f++) v[f] = fz_load(base + (size_t)off[f] * fz_float_size(dt), dt, 0);
+    free(off);
+    return v;
+}
+
 static void alloc_dims(struct fz_tensor *x, int ndim, int want_strides);
 static void alloc_buf(struct fz_tensor *x, size_t size);
 

@@ -176,6 +176,15 @@ FZ_NOCOV void *fz_tensor_elem(const struct fz_tensor *x, const int64_t *idx);
  * of a FITS tensor. */
 FZ_NOCOV void *fz_tensor_flat(const struct fz_tensor *x, int64_t flat);
 
+/* The elements of a FITS float tensor (dtype index @p dt: 0 float32, 1
+ * float16, 2 bfloat16) as doubles in flat order, malloc'd (free() them):
+ * references read these instead of addressing each element per use. */
+double *fz_tensor_doubles(const struct fz_tensor *x, int dt);
+
+/* Store the elements of a FITS tensor from @p src, which holds them compact,
+ * in flat order (the inverse of fz_tensor_compact_copy's gather). */
+void fz_tensor_scatter(struct fz_tensor *x, const void *src);
+
 /* A compact host copy (strides NULL, byte_offset 0, kDLCPU) of a FITS
  * tensor: same dtype, shape and elements. */
 void fz_tensor_compact_copy(const struct fz_tensor *src, struct fz_tensor *dst);

@@ -180,8 +180,8 @@ static void set_types(struct fz *in, struct model *m, todre_relevance *rel)
 }
 
 /* The reference sums of one sequence's chunk: probabilities. */
-FZ_NOCOV static void ref_probs(const struct model *m, const struct fz_tensor *a, int rank4, int64_t b,
-                               int64_t H, int64_t Q, int64_t K, int dt, double s[4])
+FZ_NOCOV static void ref_probs(const struct model *m, const double *a, int rank4, int64_t b,
+                               int64_t H, int64_t Q, int64_t K, double s[4])
 {
     for (int64_t h = 0; h < H; h++)
         for (int64_t i = 0; i < Q; i++) {
@@ -191,7 +191,7 @@ FZ_NOCOV static void ref_probs(const struct model *m, const struct fz_tensor *a,
             double total = 0, cross = 0;
             for (int64_t j = 0; j < K; j++) {
                 int64_t f = (((rank4 ? b : 0) * H + h) * Q + i) * K + j;
-                double v = fz_load(fz_tensor_flat(a, f), dt, 0);
+                double v = a[f];
                 total += v;
                 if (m->types[b][j] == other) cross += v;
             }
@@ -202,10 +202,9 @@ FZ_NOCOV static void ref_probs(const struct model *m, const struct fz_tensor *a,
 }
 
 /* ... and from q / k (causal softmax); *max_logit gets the largest |logit|. */
-FZ_NOCOV static void ref_qk(const struct model *m, const struct fz_tensor *q,
-                            const struct fz_tensor *k, int rank4, int64_t b, int64_t H,
-                            int64_t Hkv, int64_t Q, int64_t K, int64_t dh, double scale, int dt,
-                            double s[4], double *max_logit)
+FZ_NOCOV static void ref_qk(const struct model *m, const double *q, const double *k, int rank4,
+                            int64_t b, int64_t H, int64_t Hkv, int64_t Q, int64_t K, int64_t dh,
+                            double scale, double s[4], double *max_logit)
 {
     int64_t G = H / Hkv;
     double logit[KMAX + 1];
@@ -222,7 +221,7 @@ FZ_NOCOV static void ref_qk(const struct model *m, const struct fz_tensor *q,
                 for (int64_t e = 0; e < dh; e++) {
                     int64_t fq = (((rank4 ? b : 0) * H + h) * Q + i) * dh + e;
                     int64_t fk = (((rank4 ? b : 0) * Hkv + h / G) * K + j) * dh + e;
-                    double x = fz_load(fz_tensor_flat(q, fq), dt, 0), y = fz_load(fz_tensor_flat(k, fk), dt, 0);
+                    double x = q[fq], y = k[fk];
                     dot += x * y;
                     adot += fabs(x * y);
                     exact &= x == floor(x) && y == floor(y);
@@ -259,9 +258,9 @@ FZ_NOCOV static void ref_qk(const struct model *m, const struct fz_tensor *q,
  * cancellation to speak of, so float rounding cannot bring it back); 1:
  * maybe (some product, partial sum or scaled sum comes within 0.1% of
  * FLT_MAX); 0: no. */
-FZ_NOCOV static int qk_overflow(const struct model *m, const struct fz_tensor *q,
-                                const struct fz_tensor *k, int rank4, int64_t b, int64_t H,
-                                int64_t Hkv, int64_t Q, int64_t K, int64_t dh, double scale, int dt)
+FZ_NOCOV static int qk_overflow(const struct model *m, const double *q, const double *k,
+                                int rank4, int64_t b, int64_t H, int64_t Hkv, int64_t Q, int64_t K,
+                                int64_t dh, double scale)
 {
     int64_t G = H / Hkv, first_vis = K, first_txt = K;
     for (int64_t j = K - 1; j >= 0; j--) {
@@ -282,8 +281,7 @@ FZ_NOCOV static int qk_overflow(const struct model *m, const struct fz_tensor *q
                 for (int64_t e = 0; e < dh; e++) {
                     int64_t fq = (((rank4 ? b : 0) * H + h) * Q + i) * dh + e;
                     int64_t fk = (((rank4 ? b : 0) * Hkv + h / G) * K + j) * dh + e;
-                    double x = fz_load(fz_tensor_flat(q, fq), dt, 0) *
-                               fz_load(fz_tensor_flat(k, fk), dt, 0);
+                    double x = q[fq] * k[fk];
                     dot += x;
                     bound += fabs(x);
                 }
@@ -292,6 +290,13 @@ FZ_NOCOV static int qk_overflow(const struct model *m, const struct fz_tensor *q
             }
         }
     return worst;
+}
+
+FZ_NOCOV static int all_finite(const double *v, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(v[i])) return 0;
+    return 1;
 }
 
 /* Attention probabilities: softmax rows (causal or over all K), or raw values. */
@@ -303,12 +308,12 @@ static void fill_probs(struct fz *in, struct fz_tensor *a, int64_t count, int64_
         unsigned char *tmp = malloc((size_t)count * isz);
         if (!tmp) abort();
         fz_fill_floats(in, tmp, dt, (size_t)count, mode == 3);
-        for (int64_t f = 0; f < count; f++) {
-            memcpy(fz_tensor_flat(a, f), tmp + (size_t)f * isz, isz);
-        }
+        fz_tensor_scatter(a, tmp);
         free(tmp);
         return;
     }
+    unsigned char *tmp = malloc((size_t)count * isz);
+    if (!tmp) abort();
     uint64_t s = fz_u64(in);
     double spread = 1 + fz_u8(in) % 8;
     for (int64_t row = 0; row < count / K; row++) {
@@ -319,8 +324,10 @@ static void fill_probs(struct fz *in, struct fz_tensor *a, int64_t count, int64_
             sum += e[j];
         }
         for (int64_t j = 0; j < K; j++)
-            fz_store(fz_tensor_flat(a, row * K + j), dt, 0, j < end ? (float)(e[j] / sum) : 0.0f);
+            fz_store(tmp, dt, (size_t)(row * K + j), j < end ? (float)(e[j] / sum) : 0.0f);
     }
+    fz_tensor_scatter(a, tmp);
+    free(tmp);
 }
 
 static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_context *ctx,
@@ -375,8 +382,7 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
             if (!tmp) abort();
             int finite = (vmode & (w ? 2 : 1)) == 0;
             fz_fill_floats(in, tmp, dt, (size_t)x->count, finite);
-            for (int64_t f = 0; f < x->count; f++)
-                memcpy(fz_tensor_flat(x, f), tmp + (size_t)f * isz, isz);
+            fz_tensor_scatter(x, tmp);
             free(tmp);
         }
     } else {
@@ -393,6 +399,9 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
                                                          with_dec ? &dec.t : NULL);
     const char *what = qk ? "observe_qk" : "observe_probs";
     fz_check_status(what, st, ctx);
+
+    /* the inputs' values, in flat (logical) order, for the model */
+    double *av = fz_tensor_doubles(&a, dt), *kv = qk ? fz_tensor_doubles(&kk, dt) : NULL;
 
     /* the model's status */
     todre_status want = TODRE_OK;
@@ -414,21 +423,18 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
         int64_t per_b = a.count / B;
         for (int64_t b = 0; b < B && want == TODRE_OK; b++) {
             if (!act[b]) continue;
-            for (int64_t f = 0; f < per_b && want == TODRE_OK; f++)
-                if (!isfinite(fz_load(fz_tensor_flat(&a, (rank4 ? b : 0) * per_b + f), dt, 0)))
-                    want = TODRE_ERR_NONFINITE;
+            if (!all_finite(av + (rank4 ? b : 0) * per_b, per_b)) want = TODRE_ERR_NONFINITE;
             if (qk) {
                 int64_t kb = kk.count / B;
-                for (int64_t f = 0; f < kb && want == TODRE_OK; f++)
-                    if (!isfinite(fz_load(fz_tensor_flat(&kk, (rank4 ? b : 0) * kb + f), dt, 0)))
-                        want = TODRE_ERR_NONFINITE;
+                if (want == TODRE_OK && !all_finite(kv + (rank4 ? b : 0) * kb, kb))
+                    want = TODRE_ERR_NONFINITE;
             }
         }
         /* finite q and k whose scores overflow float32: NONFINITE too */
         for (int64_t b = 0; qk && b < B && want == TODRE_OK; b++) {
             if (!act[b]) continue;
-            int ov = qk_overflow(m, &a, &kk, rank4, b, H, Hkv, Q, K, dh,
-                                 scale == 0 ? 1 / sqrt((double)dh) : scale, dt);
+            int ov = qk_overflow(m, av, kv, rank4, b, H, Hkv, Q, K, dh,
+                                 scale == 0 ? 1 / sqrt((double)dh) : scale);
             if (ov == 2) want = TODRE_ERR_NONFINITE;
             if (ov == 1) maybe_overflow = 1;
         }
@@ -458,9 +464,9 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
             continue;
         }
         double s[4] = {0, 0, 0, 0}, max_logit = 0;
-        if (qk) ref_qk(m, &a, &kk, rank4, b, H, Hkv, Q, K, dh, scale == 0 ? 1 / sqrt((double)dh) : scale,
-                       dt, s, &max_logit);
-        else ref_probs(m, &a, rank4, b, H, Q, K, dt, s);
+        if (qk) ref_qk(m, av, kv, rank4, b, H, Hkv, Q, K, dh, scale == 0 ? 1 / sqrt((double)dh) : scale,
+                       s, &max_logit);
+        else ref_probs(m, av, rank4, b, H, Q, K, s);
         if (K < m->K) {
             if (with_dec) FZ_CHECK(d == TODRE_DECISION_PENDING, "seq %lld: decision %d, the model "
                                    "says PENDING", (long long)b, (int)d);
@@ -509,6 +515,8 @@ static void observe(struct fz *in, struct model *m, todre_relevance *rel, todre_
     }
     m->pending_end[layer] = any_pending ? K : 0;
 done:
+    free(av);
+    free(kv);
     fz_tensor_free(&a);
     if (qk) fz_tensor_free(&kk);
     if (with_dec) fz_tensor_free(&dec);

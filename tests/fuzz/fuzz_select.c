@@ -438,11 +438,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!tmp) abort();
     fz_fill_floats(&in, tmp, I.dt, (size_t)(I.n * I.d), !(flags & 1));
     int64_t m = 1 + dup % I.n; /* flags bit 7: rows repeat every m rows (exact ties) */
-    for (int64_t i = 0; i < I.n; i++)
-        for (int64_t j = 0; j < I.d; j++) {
-            int64_t src = (flags & 128) ? (i % m) * I.d + j : i * I.d + j;
-            memcpy(fz_tensor_flat(&I.emb, i * I.d + j), tmp + (size_t)src * isz, isz);
-        }
+    if (flags & 128)
+        for (int64_t i = m; i < I.n; i++)
+            memcpy(tmp + (size_t)(i * I.d) * isz, tmp + (size_t)((i % m) * I.d) * isz,
+                   (size_t)I.d * isz);
+    fz_tensor_scatter(&I.emb, tmp);
     free(tmp);
     /* cls: [n] or [frames, tokens] */
     int64_t frames = 1;
@@ -459,7 +459,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         unsigned char *c = malloc((size_t)I.n * isz);
         if (!c) abort();
         fz_fill_floats(&in, c, I.dt, (size_t)I.n, !(flags & 8));
-        for (int64_t i = 0; i < I.n; i++) memcpy(fz_tensor_flat(&I.cls, i), c + (size_t)i * isz, isz);
+        fz_tensor_scatter(&I.cls, c);
         free(c);
     }
     analyse(&I);
