@@ -78,6 +78,25 @@ set_source_files_properties(
 target_link_libraries(todre_fuzz_lib PUBLIC PkgConfig::OPENBLAS OpenMP::OpenMP_C
                       Threads::Threads ${CMAKE_DL_LIBS} m)
 
+# The harnesses' references and element addressing (tests/fuzz/nocov.ignorelist)
+# get no coverage instrumentation. The option's name has changed (clang 14:
+# -ignorelist, with -blacklist kept; clang 12: -blocklist); where none is
+# known they are instrumented, which is slower, not wrong.
+include(CheckCCompilerFlag)
+set(CMAKE_REQUIRED_FLAGS "-fsanitize=fuzzer-no-link")
+set(CMAKE_REQUIRED_QUIET ON)
+set(TODRE_FUZZ_NOCOV "")
+foreach(_todre_spelling ignorelist blocklist blacklist)
+  check_c_compiler_flag(-fsanitize-coverage-${_todre_spelling}=${TODRE_FUZZ_DIR}/nocov.ignorelist
+                        TODRE_HAVE_COVERAGE_${_todre_spelling})
+  if(TODRE_HAVE_COVERAGE_${_todre_spelling})
+    set(TODRE_FUZZ_NOCOV -fsanitize-coverage-${_todre_spelling}=${TODRE_FUZZ_DIR}/nocov.ignorelist)
+    break()
+  endif()
+endforeach()
+unset(CMAKE_REQUIRED_FLAGS)
+unset(CMAKE_REQUIRED_QUIET)
+
 # One harness: tests/fuzz/fuzz_<name>.c + fuzz_common.c (+ extra sources).
 function(todre_fuzz_harness name)
   add_executable(fuzz_${name} ${TODRE_FUZZ_DIR}/fuzz_${name}.c ${TODRE_FUZZ_DIR}/fuzz_common.c
@@ -85,8 +104,7 @@ function(todre_fuzz_harness name)
   target_include_directories(fuzz_${name} PRIVATE ${TODRE_FUZZ_DIR} ${PROJECT_SOURCE_DIR}/src
                              ${PROJECT_SOURCE_DIR}/tools/todre)
   target_compile_options(fuzz_${name} PRIVATE -fsanitize=fuzzer ${TODRE_FUZZ_SAN}
-                         -fsanitize-coverage-ignorelist=${TODRE_FUZZ_DIR}/nocov.ignorelist
-                         ${TODRE_WARNINGS})
+                         ${TODRE_FUZZ_NOCOV} ${TODRE_WARNINGS})
   target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(fuzz_${name} PRIVATE todre_fuzz_lib m)
   set_target_properties(fuzz_${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY
