@@ -362,8 +362,9 @@ FZ_NOCOV double *fz_tensor_doubles(const struct fz_tensor *x, int dt)
     double *v = malloc((size_t)(x->count > 0 ? x->count : 1) * sizeof *v);
     if (!v) abort();
     const char *base = (const char *)x->t.data + x->t.byte_offset;
+    size_t isz = fz_float_size(dt);
     int64_t *off = flat_offsets(x);
-    for (int64_t f = 0; f < x->count; f++) v[f] = fz_load(base + (size_t)off[f] * fz_float_size(dt), dt, 0);
+    for (int64_t f = 0; f < x->count; f++) v[f] = fz_load(base + (size_t)off[f] * isz, dt, 0);
     free(off);
     return v;
 }

@@ -134,33 +134,23 @@ struct input {
     int well_scaled; /* every row norm is 0 or in [1e-15, 1e15] */
 };
 
-FZ_NOCOV static double elem(const struct fz_tensor *x, int dt, int64_t flat)
-{
-    return fz_load(fz_tensor_flat(x, flat), dt, 0);
-}
-
 FZ_NOCOV static void analyse(struct input *I)
 {
-    I->x = calloc((size_t)(I->n * I->d), sizeof *I->x);
-    I->cv = calloc((size_t)I->n, sizeof *I->cv);
-    if (!I->x || !I->cv) abort();
+    I->x = fz_tensor_doubles(&I->emb, I->dt); /* [n, d], normalised below */
+    I->cv = I->have_cls ? fz_tensor_doubles(&I->cls, I->dt) : calloc((size_t)I->n, sizeof *I->cv);
+    if (!I->cv) abort();
     I->finite = 1;
     I->well_scaled = 1;
     for (int64_t i = 0; i < I->n; i++) {
-        double ss = 0;
+        double ss = 0, *row = I->x + i * I->d;
         for (int64_t j = 0; j < I->d; j++) {
-            double v = elem(&I->emb, I->dt, i * I->d + j);
-            if (!isfinite(v)) I->finite = 0;
-            I->x[i * I->d + j] = v;
-            ss += v * v;
+            if (!isfinite(row[j])) I->finite = 0;
+            ss += row[j] * row[j];
         }
         double norm = sqrt(ss);
         if (ss > 0 && (norm < 1e-15 || norm > 1e15)) I->well_scaled = 0;
-        for (int64_t j = 0; j < I->d; j++) I->x[i * I->d + j] = ss > 0 ? I->x[i * I->d + j] / norm : 0;
-        if (I->have_cls) {
-            I->cv[i] = elem(&I->cls, I->dt, i);
-            if (!isfinite(I->cv[i])) I->finite = 0;
-        }
+        for (int64_t j = 0; j < I->d; j++) row[j] = ss > 0 ? row[j] / norm : 0;
+        if (I->have_cls && !isfinite(I->cv[i])) I->finite = 0;
     }
 }
 
