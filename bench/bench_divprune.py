@@ -18,7 +18,6 @@ differing step and the exact (float64) max-min slack of libtodre's order).
 """
 import argparse
 import os
-import statistics
 import sys
 import time
 
@@ -26,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_select import Todre, describe_machine  # noqa: E402
+from bench_select import timed as timed_select  # noqa: E402
 
 
 def divprune_torch(X16, k):
@@ -70,12 +70,10 @@ def maxmin_todre(td, V, k):
 
 
 def timed(fn, reps):
-    ts, res = [], None
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        res = fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), res
+    """(median, last result): bench_select.timed's pause, untimed call and
+    reps."""
+    med, _, res = timed_select(fn, reps)
+    return med, res
 
 
 def main():

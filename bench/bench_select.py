@@ -131,8 +131,20 @@ def numpy_blas_threads(n):
     return False
 
 
-def timed(fn, reps):
-    ts, res = [], None
+SETTLE_S = 0.3
+
+
+def timed(fn, reps, settle=None):
+    """(median, min, last result) of `reps` timed calls of fn, after a pause
+    and one untimed call. Both sides get the same treatment: the pause lets
+    the other side's idle threads stop spinning (OpenBLAS's workers, NumPy's
+    included, spin about 2^28 cycles, ~0.1 s, after each call, on the cores
+    the next side needs; libtodre timed right after NumPy ran 2x slower in
+    its first call and 1.2-1.5x in the next two), and the untimed call
+    brings each side's own data back into the caches the other evicted."""
+    time.sleep(SETTLE_S if settle is None else settle)
+    res = fn()
+    ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
         res = fn()
@@ -151,6 +163,8 @@ def main():
                     choices=["f16", "f32", "bf16"], help="bf16 needs PyTorch")
     ap.add_argument("--strategy", default="auto", choices=list(STRATEGIES))
     ap.add_argument("--data", default="clustered", choices=["clustered", "gaussian"])
+    ap.add_argument("--settle", type=float, default=SETTLE_S,
+                    help="seconds of pause before each side's untimed call and timed reps")
     ap.add_argument("--threads", type=int, default=0,
                     help="threads for both sides (0 = all; NumPy via its OpenBLAS)")
     args = ap.parse_args()
@@ -185,8 +199,9 @@ def main():
             Vin = torch.from_numpy(V32).to(torch.bfloat16)
             V = Vin.float().numpy()   # NumPy (and the check) see the rounded values
         for k in args.k:
-            t_np, m_np, ref = timed(lambda: numpy_alg1(V, cls, k), args.reps)
-            t_td, m_td, (sel, _) = timed(lambda: td.select(Vin, k, cls, pivot="cls"), args.reps)
+            t_np, m_np, ref = timed(lambda: numpy_alg1(V, cls, k), args.reps, args.settle)
+            t_td, m_td, (sel, _) = timed(lambda: td.select(Vin, k, cls, pivot="cls"), args.reps,
+                                         args.settle)
             if np.array_equal(sel, ref):
                 verdict = "identical to NumPy"
             else:
