@@ -131,6 +131,20 @@ def numpy_blas_threads(n):
     return False
 
 
+def make_data(n, d, data="clustered"):
+    """(embeddings n x d float32, CLS values n float32), seed 1234: 'gaussian'
+    i.i.d., or 'clustered': tokens around a few dozen centres with a shared
+    offset, closer to projector outputs than white noise."""
+    rng = np.random.default_rng(1234)
+    if data == "gaussian":
+        V32 = rng.standard_normal((n, d), dtype=np.float32)
+    else:
+        centres = rng.standard_normal((48, d)).astype(np.float32)
+        V32 = (centres[rng.integers(0, 48, n)] + 0.6 * rng.standard_normal((n, d), np.float32)
+               + 0.8 * rng.standard_normal(d).astype(np.float32))
+    return V32, rng.random(n).astype(np.float32)
+
+
 SETTLE_S = 0.3
 
 
@@ -172,17 +186,8 @@ def main():
     td = Todre(args.lib, args.strategy, args.threads)
     if args.threads and not numpy_blas_threads(args.threads):
         print("note: could not set NumPy's BLAS thread count")
-    rng = np.random.default_rng(1234)
     n, d = args.n, args.d
-    if args.data == "gaussian":
-        V32 = rng.standard_normal((n, d), dtype=np.float32)
-    else:
-        # tokens around a few dozen centres with a shared offset, closer to
-        # projector outputs than white noise
-        centres = rng.standard_normal((48, d)).astype(np.float32)
-        V32 = (centres[rng.integers(0, 48, n)] + 0.6 * rng.standard_normal((n, d), np.float32)
-               + 0.8 * rng.standard_normal(d).astype(np.float32))
-    cls = rng.random(n).astype(np.float32)
+    V32, cls = make_data(n, d, args.data)
 
     print(f"machine: {describe_machine()}; libtodre {td.todre.version()} "
           f"({td.todre.library_path})")

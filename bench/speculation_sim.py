@@ -20,23 +20,22 @@ each batch streams the n packed rows once. Rules:
 * shifted-L: the current values plus L times c's (exact) similarities, an
   upper bound on what knowing c's row before choosing the batch would give.
 
-Data as bench/bench_select.py makes it (n = 2880, d = 4096, seed 1234),
+Data from bench/bench_select.py's make_data (n = 2880, d = 4096, seed 1234),
 values of f16-rounded rows, in float64.
 """
 import argparse
+import os
+import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_select import make_data  # noqa: E402
+
 
 def make_rows(data, n=2880, d=4096):
-    rng = np.random.default_rng(1234)
-    if data == "gaussian":
-        V = rng.standard_normal((n, d), dtype=np.float32)
-    else:
-        centres = rng.standard_normal((48, d)).astype(np.float32)
-        V = (centres[rng.integers(0, 48, n)] + 0.6 * rng.standard_normal((n, d), np.float32)
-             + 0.8 * rng.standard_normal(d).astype(np.float32))
-    cls = rng.random(n).astype(np.float32)
+    """Unit rows (float64) of bench_select's f16-rounded data, and the CLS pivot."""
+    V, cls = make_data(n, d, data)
     X = V.astype(np.float16).astype(np.float64)
     X /= np.linalg.norm(X, axis=1, keepdims=True)
     return X, int(np.argmax(cls))

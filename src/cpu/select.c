@@ -30,9 +30,8 @@ int64_t todre_sel_argbest(const double *v, const uint8_t *taken, int64_t n, int 
     for (int64_t i = 0; i < n; i++) {
         if (taken && taken[i]) continue;
         double x = sign * v[i];
-        /* strict: the lowest index keeps a tie; NaN comes after every
-         * number (select_greedy.c, fold()) */
-        if (best < 0 || (bv != bv ? x == x : x < bv)) {
+        /* NaN after every number: select_greedy.c, fold() */
+        if (todre_sel_better(x, bv, best)) {
             best = i;
             bv = x;
         }

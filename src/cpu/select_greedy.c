@@ -53,14 +53,6 @@ static void update_gemv(struct todre_sel_seg *s, int64_t c, int maxmin)
     }
 }
 
-/* true when x, a candidate met after the current best bv (sign applied),
- * takes its place: todre_sel_argbest's rule (the lowest index keeps a tie,
- * NaN comes after every number) */
-static inline int better(double x, double bv, int64_t best)
-{
-    return best < 0 || (bv != bv ? x == x : x < bv);
-}
-
 /* From row c of the raw dots, g[v] = dot(e_c, e_v), made by BLAS or AMX:
  * read through each row's first copy (s->rep), so that copies get the same
  * value whatever their place in the kernel's blocks (select_copies.c).
@@ -80,7 +72,7 @@ static int64_t update_row(struct todre_sel_seg *s, const float *g, int64_t c, in
         if (taken[v]) continue;
         fold(acc, v, (double)g[rep ? rep[v] : v] * (s->scale[v] * sc), maxmin);
         double x = sign * acc[v];
-        if (better(x, bv, best)) {
+        if (todre_sel_better(x, bv, best)) {
             best = v;
             bv = x;
         }

@@ -169,4 +169,13 @@ float todre_sel_cls(const struct todre_sel_seg *s, int64_t i);
  * come last (the lowest NaN when all are NaN); -1 if none. */
 int64_t todre_sel_argbest(const double *v, const uint8_t *taken, int64_t n, int sign);
 
+/* todre_sel_argbest's rule for one candidate met in index order: whether x
+ * (sign applied) replaces the best so far, bv at index best (-1: none yet).
+ * Strict, so the lowest index keeps a tie; NaN comes after every number.
+ * Also the greedy's update, which finds the next token in its own pass. */
+static inline int todre_sel_better(double x, double bv, int64_t best)
+{
+    return best < 0 || (bv != bv ? x == x : x < bv);
+}
+
 #endif /* TODRE_SRC_CPU_SELECT_INTERNAL_H */
