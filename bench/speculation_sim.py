@@ -4,7 +4,8 @@ and by the rule that picks a batch's speculative rows (docs/benchmarks.md,
 "Against the floor").
 
     python3 bench/speculation_sim.py [--k 288 720] [--batch 4 8 12 16 24 32]
-                                     [--data clustered|gaussian] [--sketches]
+                                     [--data clustered|gaussian] [--exact 64]
+                                     [--sketches]
 
 A model of src/cpu/select_greedy.c (MAX_SUM from the CLS pivot; the store
 never full): when the selected token c has no row yet, a batch is made of c
@@ -13,7 +14,14 @@ capped by the steps that can still use a row; a row is dropped once used.
 Only counts are modelled, not time: every row made costs n * d products, and
 each batch streams the n packed rows once. Rules:
 
-* current: the best current values (what libtodre does);
+* exact-L (what libtodre's FMA kernels do, L = 64): the greedy simulated
+  ahead on exact similarities among c and the L untaken tokens with the
+  best current values (a pick's stored row where it has one, else its
+  similarities with the L candidates), its picks without a row first,
+  then the best current values; counts also the mini-rows made (dot
+  products of L candidates with a pick that has no row);
+* current: the best current values (libtodre's AMX kernel, and the FMA
+  kernels before the lookahead);
 * lookahead-SKETCH-r: the greedy simulated ahead on the similarities of an
   r-dimensional sketch of the unit rows (exact rows where already made),
   its picks first, then the best current values;
@@ -54,8 +62,8 @@ def sketch_gram(X, kind, r):
     return S @ S.T
 
 
-def run(G, p, k, batch, rule, Gs=None, shift=0.0):
-    """(rows made, batches) of one greedy run."""
+def run(G, p, k, batch, rule, Gs=None, shift=0.0, L=64, stats=None):
+    """(rows made, batches) of one greedy run (mini-rows in stats["mini"])."""
     n = G.shape[0]
     acc = np.zeros(n)
     taken = np.zeros(n, bool)
@@ -69,6 +77,27 @@ def run(G, p, k, batch, rule, Gs=None, shift=0.0):
         if not stored[c]:
             cap = min(k - 2 - t, batch - 1)
             ids = [c]
+            if rule == "exact":
+                free = ~taken
+                free[c] = False
+                cand = np.array([v for v in np.argsort(np.where(free, acc, np.inf),
+                                                        kind="stable")[:L] if free[v]])
+                a = acc[cand]
+                seen = np.zeros(len(cand), bool)
+                u = c
+                while True:
+                    if stats is not None and not stored[u]:
+                        stats["mini"] = stats.get("mini", 0) + 1
+                    a = a + G[u, cand]
+                    if seen.all():
+                        break
+                    i = int(np.argmin(np.where(seen, np.inf, a)))
+                    seen[i] = True
+                    u = int(cand[i])
+                    if not stored[u]:
+                        ids.append(u)
+                    if len(ids) > cap:
+                        break
             if rule == "lookahead":
                 a = acc + Gs[c]
                 seen = taken.copy()
@@ -99,6 +128,8 @@ def main():
     ap.add_argument("--k", type=int, nargs="+", default=[288, 720])
     ap.add_argument("--batch", type=int, nargs="+", default=[4, 8, 12, 16, 24, 32])
     ap.add_argument("--data", default="clustered", choices=["clustered", "gaussian"])
+    ap.add_argument("--exact", type=int, nargs="*", default=[64],
+                    help="candidates of the exact lookahead (none: skip it)")
     ap.add_argument("--sketches", action="store_true",
                     help="also the lookahead and shifted rules at batch 12")
     args = ap.parse_args()
@@ -109,6 +140,12 @@ def main():
         for b in args.batch:
             m, nb = run(G, p, k, b, "current")
             print(f"k = {k:4d}  batch {b:2d}  {'current':<22} {m:5d} ({m / (k - 1):.2f})  {nb:4d}")
+            for L in args.exact:
+                st = {}
+                m, nb = run(G, p, k, b, "exact", L=L, stats=st)
+                name = f"exact-{L}"
+                print(f"k = {k:4d}  batch {b:2d}  {name:<22} {m:5d} ({m / (k - 1):.2f})  {nb:4d}"
+                      f"  mini-rows {st.get('mini', 0)}")
         if not args.sketches:
             continue
         for kind, r in (("subset", 64), ("subset", 256), ("count", 256), ("jl", 64)):

@@ -133,7 +133,7 @@ unset ASAN_OPTIONS UBSAN_OPTIONS
 tsan_stage() {
   local dir=build-tsan t0=$SECONDS
   local targets=(test_threads test_cpu_threads test_registry test_context test_select_batch
-                 test_relevance_chunked test_relevance_decision)
+                 test_relevance_chunked test_relevance_decision test_select_rows_fma)
   note "TSan: configure + build in $dir"
   mkdir -p "$dir"
   if ! cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
@@ -149,7 +149,7 @@ tsan_stage() {
   fi
   note "TSan: ctest"
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
-    -R '^unit\.(threads|cpu_threads|registry|context|select_batch|relevance_chunked|relevance_decision)$' \
+    -R '^unit\.(threads|cpu_threads|registry|context|select_batch|relevance_chunked|relevance_decision|select_rows_fma\.avx2|select_rows_fma\.avx512)$' \
     2>&1 | tee "$dir/ctest.log"
   count_ctest "$dir/ctest.log"
   note "TSan: done in $(elapsed "$t0")"

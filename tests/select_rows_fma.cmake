@@ -16,10 +16,17 @@ if(TARGET test_select_rows_fma)
       endif()
     endif()
   endif()
+  # in a TSan build (robust.cmake, included before this file), the TSan
+  # environment too: scripts/test.sh's TSan stage runs the FMA levels, whose
+  # greedy loop has its own OpenMP region (the lookahead, select_greedy.c)
+  set(_env ${TODRE_TEST_ENV})
+  if(TODRE_TSAN_ENV)
+    list(APPEND _env ${TODRE_TSAN_ENV})
+  endif()
   foreach(_isa ${_isas})
     add_test(NAME unit.select_rows_fma.${_isa} COMMAND test_select_rows_fma)
     set_tests_properties(unit.select_rows_fma.${_isa} PROPERTIES
-      ENVIRONMENT "${TODRE_TEST_ENV};TODRE_CPU_ISA=${_isa}" TIMEOUT 300)
+      ENVIRONMENT "${_env};TODRE_CPU_ISA=${_isa}" TIMEOUT 300)
     # Gram matrices (GRAM, the ISOLATED pivot) on the FMA kernels and on
     # BLAS, whichever the backend would choose here ($TODRE_CPU_GRAM,
     # src/cpu/cpu_backend.c): both must equal GEMV on the exact inputs
@@ -27,7 +34,7 @@ if(TARGET test_select_rows_fma)
       foreach(_gram fma blas)
         add_test(NAME unit.select_rows_fma.${_isa}.gram_${_gram} COMMAND test_select_rows_fma)
         set_tests_properties(unit.select_rows_fma.${_isa}.gram_${_gram} PROPERTIES
-          ENVIRONMENT "${TODRE_TEST_ENV};TODRE_CPU_ISA=${_isa};TODRE_CPU_GRAM=${_gram}" TIMEOUT 300)
+          ENVIRONMENT "${_env};TODRE_CPU_ISA=${_isa};TODRE_CPU_GRAM=${_gram}" TIMEOUT 300)
       endforeach()
     endif()
   endforeach()

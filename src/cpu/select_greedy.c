@@ -7,9 +7,11 @@
  * Gram matrix made up front (GRAM), or one row made on demand (ROWS, by
  * AMX or the FMA kernels): when the row of the new c is not there yet, the
  * rows of c and of the 31 (AMX) or 11 (FMA) untaken tokens most likely to
- * come next (the best current values) are made together: AMX makes rows in
- * blocks of 32 anyway, and on clustered or Gaussian data 10 to 26 of them
- * are used (about 9 of 12 on the FMA kernels).
+ * come next are made together. AMX makes rows in blocks of 32 anyway and
+ * takes the best current values (on clustered or Gaussian data 10 to 26 of
+ * the 32 are used); the FMA kernels run the greedy ahead on exact values of
+ * a few candidates (next_batch, below: about 11 of 12 used on clustered
+ * data, 9 on Gaussian rows, where the best current values gave 9 and 6).
  * Any row is the same, whichever batch makes it, so the speculation changes
  * only the time, never the selection. A row is used once, so ROWS keeps only
  * rows made and not yet used, in a store the planner sized by the workspace
@@ -18,6 +20,8 @@
  * are independent and the arg-min / arg-max is a serial scan, so the result
  * does not depend on the thread count. */
 #include <math.h>
+
+#include <omp.h>
 
 #include "select_internal.h"
 
@@ -80,31 +84,166 @@ static int64_t update_row(struct todre_sel_seg *s, const float *g, int64_t c, in
     return best;
 }
 
-/* Rows for c and the up to 31 untaken tokens without a row that have the
- * best values now (ties: lowest index), but no more than the `left` steps
- * after c's still take: the last step's token needs no row, so a batch
- * made near the end speculates only on what can still be used. */
-static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_t c, int sign,
-                       int64_t left)
+/* The speculative rows of a batch on the FMA kernels: the greedy run ahead
+ * on a few exact values. The candidates are the LOOKAHEAD untaken tokens
+ * other than c with the best current values; the greedy's next steps take
+ * almost only from them. Their values are moved on by c's similarities with
+ * them, then by those of each simulated pick in turn (from the pick's
+ * stored row where it has one, else as a "mini-row": LOOKAHEAD dot products
+ * of d, about 2 % of a batch row's n), and each pick without a row joins the
+ * batch. Within the candidates the simulation follows the greedy exactly;
+ * it misses only where a token outside them, or a near-tie rounded the
+ * other way, comes next. bench/speculation_sim.py models it: rows made per
+ * step at n = 2880, k = 288, batches of 12, 1.34 -> 1.06 on clustered rows
+ * (26 batches instead of 32) and 1.94 -> 1.32 on Gaussian ones (48
+ * candidates: 1.09 and 1.50; 32: 1.20 and 1.69). AMX keeps the best
+ * current values: its batches of 32 rows gain little from the lookahead
+ * (2.06 -> 1.85 rows per step on clustered rows, none on Gaussian ones)
+ * for up to 31 mini-rows each, and a first version measured bf16 rows on
+ * AMX 1.15x slower with it. */
+#define LOOKAHEAD 64
+
+/* Whether (x, v) ranks after (y, u): the worse value, ties to the higher
+ * index, NaN after every number (todre_sel_better's order). */
+static inline int worse(double x, int64_t v, double y, int64_t u)
 {
-    int64_t ids[TODRE_SEL_AMX_BATCH];
-    double val[TODRE_SEL_AMX_BATCH];
-    int m = 0;
-    /* <= TODRE_SEL_AMX_BATCH - 1 (follow_plan) */
-    const int cap = left < s->rows_batch - 1 ? (int)left : s->rows_batch - 1;
-    for (int64_t v = 0; cap > 0 && v < s->n; v++) {
-        if (s->taken[v] || r->slot[v] >= 0) continue;
+    if (x != x || y != y) return y == y || (x != x && v > u);
+    return x > y || (x == y && v > u);
+}
+
+/* Up to m untaken tokens other than those in skip[0..ns) whose row is not
+ * made (no_row) or any (all), with the best sign * acc, into ids[] (as a
+ * heap: the worst first; sorted best first when `sorted`). Returns how many. */
+static int best_values(const struct todre_sel_seg *s, const struct todre_sel_rows *r, int sign,
+                       const int64_t *skip, int ns, int no_row, int m, int64_t *ids,
+                       double *val, int sorted)
+{
+    int h = 0;
+    for (int64_t v = 0; v < s->n; v++) {
+        if (s->taken[v] || (no_row && r->slot[v] >= 0)) continue;
         double x = sign * s->acc[v];
-        if (m == cap && x >= val[m - 1]) continue;
-        int i = m < cap ? m++ : m - 1; /* insertion sort, the worst drops out */
-        for (; i > 0 && val[i - 1] > x; i--) {
-            val[i] = val[i - 1];
-            ids[i + 1] = ids[i];
+        if (h == m && !worse(val[0], ids[0], x, v)) continue; /* no better than the worst */
+        int in = 0;
+        for (int i = 0; i < ns && !in; i++) in = skip[i] == v;
+        if (in) continue;
+        int i;
+        if (h < m) { /* sift up */
+            for (i = h++; i > 0 && worse(x, v, val[(i - 1) / 2], ids[(i - 1) / 2]); i = (i - 1) / 2) {
+                val[i] = val[(i - 1) / 2];
+                ids[i] = ids[(i - 1) / 2];
+            }
+        } else { /* replace the worst, sift down */
+            for (i = 0;;) {
+                int l = 2 * i + 1, w = l;
+                if (l >= h) break;
+                if (l + 1 < h && worse(val[l + 1], ids[l + 1], val[l], ids[l])) w = l + 1;
+                if (!worse(val[w], ids[w], x, v)) break;
+                val[i] = val[w];
+                ids[i] = ids[w];
+                i = w;
+            }
         }
         val[i] = x;
-        ids[i + 1] = v;
+        ids[i] = v;
     }
+    if (sorted) /* insertion sort of at most TODRE_SEL_AMX_BATCH, best first */
+        for (int i = 1; i < h; i++) {
+            double x = val[i];
+            int64_t v = ids[i];
+            int j = i;
+            for (; j > 0 && worse(val[j - 1], ids[j - 1], x, v); j--) {
+                val[j] = val[j - 1];
+                ids[j] = ids[j - 1];
+            }
+            val[j] = x;
+            ids[j] = v;
+        }
+    return h;
+}
+
+/* The lookahead from c over the nc candidates cand[] (values val[], raw):
+ * appends to ids[1..] up to cap picks that have no row; returns how many.
+ * One parallel region for the whole run (a fork per mini-row cost more than
+ * its products): the threads widen a part of the pick's row each, make the
+ * dots of a part of the candidates, and take the same next pick. */
+static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, int64_t c,
+                     int maxmin, int sign, const int64_t *cand, double *val, int nc, int cap,
+                     int64_t *ids)
+{
+    double sim[LOOKAHEAD];
+    uint8_t picked[LOOKAHEAD] = {0};
+    int m = 0, done = 0;
+    int64_t u = c;
+    const int64_t d = s->d, es = todre_sel_elem_size(s->dtype);
+#pragma omp parallel num_threads(s->nthreads)
+    {
+        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
+        const int lo = nc * id / nt, hi = nc * (id + 1) / nt;
+        const int64_t k0 = d * id / nt, k1 = d * (id + 1) / nt;
+        while (!done) {
+            const double su = s->scale[u];
+            if (r->slot[u] >= 0) {
+                const float *g = r->g + r->slot[u] * r->ld;
+                for (int i = lo; i < hi; i++) {
+                    int64_t v = s->rep ? s->rep[cand[i]] : cand[i];
+                    sim[i] = (double)g[v] * (s->scale[cand[i]] * su);
+                }
+            } else {
+                const char *row = todre_sel_row(s->rows, s->dtype, s->stride, u);
+                if (k1 > k0) s->kern->widen(row + k0 * es, k1 - k0, 1.0f, s->w + k0);
+#pragma omp barrier
+                for (int i = lo; i < hi; i++) {
+                    if (picked[i]) continue;
+                    const void *x = todre_sel_row(s->rows, s->dtype, s->stride, cand[i]);
+                    sim[i] = (double)s->kern->dot(x, s->w, d) * (s->scale[cand[i]] * su);
+                }
+            }
+#pragma omp barrier
+#pragma omp single
+            {
+                int best = -1;
+                double bv = 0;
+                for (int i = 0; i < nc; i++) {
+                    if (picked[i]) continue;
+                    fold(val, i, sim[i], maxmin);
+                    double x = sign * val[i];
+                    if (todre_sel_better(x, bv, best)) best = i, bv = x;
+                }
+                if (best < 0) {
+                    done = 1;
+                } else {
+                    picked[best] = 1;
+                    u = cand[best];
+                    if (r->slot[u] < 0) ids[1 + m++] = u;
+                    done = m == cap;
+                }
+            } /* the implied barrier: every thread sees u and done */
+        }
+    }
+    return m;
+}
+
+/* The batch for c, which has no row: c, then up to min(rows_batch - 1,
+ * left) tokens without a row, from the lookahead (FMA kernels) and then the
+ * best current values (ties: lowest index). `left` are the steps after c's
+ * that still take a row: the last step's token needs none, so a batch made
+ * near the end speculates only on what can still be used. */
+static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_t c, int maxmin,
+                       int sign, int64_t left)
+{
+    int64_t ids[TODRE_SEL_AMX_BATCH], cand[LOOKAHEAD];
+    double val[LOOKAHEAD];
+    /* <= TODRE_SEL_AMX_BATCH - 1 (follow_plan) */
+    const int cap = left < s->rows_batch - 1 ? (int)left : s->rows_batch - 1;
+    int m = 0;
     ids[0] = c;
+    if (cap > 0 && !s->rows_amx) {
+        int nc = best_values(s, r, sign, &c, 1, 0, LOOKAHEAD, cand, val, 0);
+        for (int i = 0; i < nc; i++) val[i] = s->acc[cand[i]];
+        if (nc > 0) m = lookahead(s, r, c, maxmin, sign, cand, val, nc, cap, ids);
+    }
+    if (m < cap) /* the places left: the best current values without a row */
+        m += best_values(s, r, sign, ids, m + 1, 1, cap - m, ids + m + 1, val, 1);
     todre_sel_rows_batch(s, r, ids, m + 1, sign);
 }
 
@@ -127,7 +266,7 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
         if (t + 1 == s->k) break;
         if (plan == TODRE_STRATEGY_ROWS) {
             /* steps t + 1 .. k - 2 need rows after this one */
-            if (rows.slot[c] < 0) next_batch(s, &rows, c, sign, s->k - 2 - t);
+            if (rows.slot[c] < 0) next_batch(s, &rows, c, maxmin, sign, s->k - 2 - t);
             int64_t next = update_row(s, rows.g + rows.slot[c] * rows.ld, c, maxmin, sign);
             todre_sel_rows_drop(&rows, c);
             c = next;

@@ -26,11 +26,13 @@
 #define TODRE_SEL_ROWS_NR 16  /* columns per packed panel */
 #define TODRE_SEL_ROWS_KC 128 /* K block: a batch's block (36 x 128 fp32) stays in L1 */
 #define TODRE_SEL_ROWS_MR 6   /* batch rows per micro-kernel call */
-/* Rows per speculative batch (the planner's rows_batch): about 8 of 12 are
- * used on clustered data (16 of 32); smaller batches waste fewer products
- * but pay the per-batch scan and thread start more often (measured on a
- * 2-core Zen 3: 12 about 20% below 32, docs/benchmarks.md). At most
- * TODRE_SEL_AMX_BATCH. */
+/* Rows per speculative batch (the planner's rows_batch): about 11 of 12 are
+ * used on clustered data with the lookahead that chooses them
+ * (select_greedy.c; 8 of 12 with the best current values); smaller batches
+ * waste fewer products but stream the packed rows and pay the per-batch
+ * scan and thread start more often (measured on a 2-core Zen 3: 12 about
+ * 20% below 32; on Emerald Rapids 18 and 24 slower than 12,
+ * docs/benchmarks.md). At most TODRE_SEL_AMX_BATCH. */
 #define TODRE_SEL_ROWS_BATCH 12
 #define TODRE_SEL_ROWS_AROWS 36 /* batch rows packed: TODRE_SEL_AMX_BATCH rounded up to MR */
 
