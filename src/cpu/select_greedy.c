@@ -163,9 +163,9 @@ static int best_values(const struct todre_sel_seg *s, const struct todre_sel_row
 
 /* The lookahead from c over the nc candidates cand[] (values val[], raw):
  * appends to ids[1..] up to cap picks that have no row; returns how many.
- * One parallel region for the whole run (a fork per mini-row cost more than
- * its products): the threads widen a part of the pick's row each, make the
- * dots of a part of the candidates, and take the same next pick. */
+ * One parallel region for the whole run, not one per mini-row (whose dots
+ * take microseconds): the threads widen a part of the pick's row each, make
+ * the dots of a part of the candidates, and take the same next pick. */
 static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, int64_t c,
                      int maxmin, int sign, const int64_t *cand, double *val, int nc, int cap,
                      int64_t *ids)
