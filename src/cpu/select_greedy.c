@@ -57,24 +57,29 @@ static void update_gemv(struct todre_sel_seg *s, int64_t c, int maxmin)
     }
 }
 
-/* From row c of the raw dots, g[v] = dot(e_c, e_v), made by BLAS or AMX:
- * read through each row's first copy (s->rep), so that copies get the same
- * value whatever their place in the kernel's blocks (select_copies.c).
- * Returns the next token, todre_sel_argbest of the updated values, found in
- * the same pass (a second pass over the n values took 4 % of a call at
- * n = 2880, k = 288). */
+/* s(c, v) from row c of the raw dots, g[v] = dot(e_c, e_v) (BLAS, AMX or the
+ * FMA kernels), sc = r_c: read through each row's first copy (s->rep), so
+ * that copies get the same value whatever their place in the kernel's
+ * blocks (select_copies.c). */
+static inline double row_sim(const struct todre_sel_seg *s, const float *g, int64_t v, double sc)
+{
+    return (double)g[s->rep ? s->rep[v] : v] * (s->scale[v] * sc);
+}
+
+/* The update from row c (row_sim). Returns the next token,
+ * todre_sel_argbest of the updated values, found in the same pass (a
+ * second pass over the n values took 4 % of a call at n = 2880, k = 288). */
 static int64_t update_row(struct todre_sel_seg *s, const float *g, int64_t c, int maxmin,
                           int sign)
 {
     const double sc = s->scale[c];
-    const int64_t *rep = s->rep;
     const uint8_t *taken = s->taken;
     double *acc = s->acc;
     int64_t best = -1;
     double bv = 0;
     for (int64_t v = 0; v < s->n; v++) {
         if (taken[v]) continue;
-        fold(acc, v, (double)g[rep ? rep[v] : v] * (s->scale[v] * sc), maxmin);
+        fold(acc, v, row_sim(s, g, v, sc), maxmin);
         double x = sign * acc[v];
         if (todre_sel_better(x, bv, best)) {
             best = v;
@@ -112,11 +117,12 @@ static inline int worse(double x, int64_t v, double y, int64_t u)
 }
 
 /* Up to m untaken tokens other than those in skip[0..ns) whose row is not
- * made (no_row) or any (all), with the best sign * acc, into ids[] (as a
- * heap: the worst first; sorted best first when `sorted`). Returns how many. */
+ * made (no_row) or any (all), with the best sign * acc, into ids[] (a heap,
+ * the worst first: a batch's order does not matter, todre_sel_store_place).
+ * Returns how many. */
 static int best_values(const struct todre_sel_seg *s, const struct todre_sel_rows *r, int sign,
                        const int64_t *skip, int ns, int no_row, int m, int64_t *ids,
-                       double *val, int sorted)
+                       double *val)
 {
     int h = 0;
     for (int64_t v = 0; v < s->n; v++) {
@@ -146,18 +152,6 @@ static int best_values(const struct todre_sel_seg *s, const struct todre_sel_row
         val[i] = x;
         ids[i] = v;
     }
-    if (sorted) /* insertion sort of at most TODRE_SEL_AMX_BATCH, best first */
-        for (int i = 1; i < h; i++) {
-            double x = val[i];
-            int64_t v = ids[i];
-            int j = i;
-            for (; j > 0 && worse(val[j - 1], ids[j - 1], x, v); j--) {
-                val[j] = val[j - 1];
-                ids[j] = ids[j - 1];
-            }
-            val[j] = x;
-            ids[j] = v;
-        }
     return h;
 }
 
@@ -184,10 +178,8 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
             const double su = s->scale[u];
             if (r->slot[u] >= 0) {
                 const float *g = r->g + r->slot[u] * r->ld;
-                for (int i = lo; i < hi; i++) {
-                    int64_t v = s->rep ? s->rep[cand[i]] : cand[i];
-                    sim[i] = (double)g[v] * (s->scale[cand[i]] * su);
-                }
+                for (int i = lo; i < hi; i++)
+                    if (!picked[i]) sim[i] = row_sim(s, g, cand[i], su);
             } else {
                 const char *row = todre_sel_row(s->rows, s->dtype, s->stride, u);
                 if (k1 > k0) s->kern->widen(row + k0 * es, k1 - k0, 1.0f, s->w + k0);
@@ -238,12 +230,12 @@ static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_
     int m = 0;
     ids[0] = c;
     if (cap > 0 && !s->rows_amx) {
-        int nc = best_values(s, r, sign, &c, 1, 0, LOOKAHEAD, cand, val, 0);
+        int nc = best_values(s, r, sign, &c, 1, 0, LOOKAHEAD, cand, val);
         for (int i = 0; i < nc; i++) val[i] = s->acc[cand[i]];
         if (nc > 0) m = lookahead(s, r, c, maxmin, sign, cand, val, nc, cap, ids);
     }
     if (m < cap) /* the places left: the best current values without a row */
-        m += best_values(s, r, sign, ids, m + 1, 1, cap - m, ids + m + 1, val, 1);
+        m += best_values(s, r, sign, ids, m + 1, 1, cap - m, ids + m + 1, val);
     todre_sel_rows_batch(s, r, ids, m + 1, sign);
 }
 
