@@ -134,6 +134,53 @@ static void qk_denominators(const struct todre_relevance_common *c, double *dt, 
     *dv = (double)(c->H * nv);
 }
 
+/* Blocks the fused kernel aims for in all: about 15 per SM of an H100. */
+#define QK_TARGET_BLOCKS 2048
+
+/* Key splits per tile of the fused kernel, and the keys of each (whole key
+ * tiles, the splits together covering K): enough splits for about
+ * QK_TARGET_BLOCKS blocks over the tiles that have a needed row (a row
+ * that sees a key of its target type), but no split shorter than
+ * TODRE_CUDA_QK_SPLIT_KEYS keys (unless K is). The [sys|vis|text] prefill needs only its
+ * few text rows, which alone would occupy a handful of SMs for the whole
+ * key range. A function of the shapes and token types only, so the sums
+ * (whose float order follows the splits) are the same on every GPU. */
+static int64_t qk_splits(const struct todre_relevance_common *c, int64_t tiles,
+                         int64_t *split_keys)
+{
+    int64_t needed = 0;
+    for (int64_t b = 0; b < c->B; b++) {
+        if (!c->active[b]) continue;
+        const unsigned char *ty = c->types + b * c->K;
+        int64_t fv = c->K, ft = c->K;
+        for (int64_t j = c->K - 1; j >= 0; j--) {
+            if (ty[j] == TODRE_TOKEN_VISUAL) fv = j;
+            else if (ty[j] == TODRE_TOKEN_TEXT) ft = j;
+        }
+        for (int64_t t = 0; t < tiles; t++) {
+            int64_t hi = (t + 1) * TODRE_CUDA_QK_ROWS < c->Q ? (t + 1) * TODRE_CUDA_QK_ROWS : c->Q;
+            for (int64_t i = t * TODRE_CUDA_QK_ROWS; i < hi; i++) {
+                int64_t pos = c->K - c->Q + i;
+                unsigned char q = ty[pos];
+                if ((q == TODRE_TOKEN_TEXT && fv <= pos) || (q == TODRE_TOKEN_VISUAL && ft <= pos)) {
+                    needed++;
+                    break;
+                }
+            }
+        }
+    }
+    const int64_t tile = TODRE_CUDA_QK_KEY_TILE;
+    int64_t work = needed * c->H;
+    int64_t want = work ? (QK_TARGET_BLOCKS + work - 1) / work : 1;
+    int64_t most = (c->K + TODRE_CUDA_QK_SPLIT_KEYS - 1) / TODRE_CUDA_QK_SPLIT_KEYS;
+    int64_t splits = want < 1 ? 1 : want > most ? most : want;
+    /* keys per split in whole tiles; then no more splits than it takes */
+    int64_t keys = (c->K + splits - 1) / splits;
+    keys = (keys + tile - 1) / tile * tile;
+    *split_keys = keys;
+    return (c->K + keys - 1) / keys;
+}
+
 static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_relevance_qk_job *job,
                             struct todre_diag *diag)
 {
@@ -147,9 +194,14 @@ static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_re
     struct todre_cuda_rel_tables tb;
     CKS(stage_tables(be, c, &tb, diag));
     int64_t tiles = (c->Q + TODRE_CUDA_QK_ROWS - 1) / TODRE_CUDA_QK_ROWS;
+    int64_t split_keys;
+    int64_t splits = qk_splits(c, tiles, &split_keys);
+    /* One buffer: the per-tile numerators, then the per-row split states. */
+    size_t part_bytes = (size_t)(c->B * c->H * tiles) * 2 * sizeof(double);
+    size_t row_bytes = (size_t)(c->B * c->H * tiles) * (size_t)splits * TODRE_CUDA_QK_ROWS * 3 *
+                       sizeof(float);
     double *part, *dsums;
-    CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_REL_ROWS, (size_t)(c->B * c->H * tiles) * 2 * sizeof(double),
-                       (void **)&part, diag));
+    CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_REL_ROWS, part_bytes + row_bytes, (void **)&part, diag));
     CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_REL_SUMS, ((size_t)c->B * 4 + 1) * sizeof(double),
                        (void **)&dsums, diag));
     int *flag = (int *)(dsums + 4 * c->B);
@@ -166,6 +218,9 @@ static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_re
     a.ks_b = job->ks_b; a.ks_h = job->ks_h; a.ks_k = job->ks_k; a.ks_d = job->ks_d;
     a.scale_log2 = (float)(job->scale * 1.4426950408889634);
     a.tb = tb;
+    a.splits = splits;
+    a.split_keys = split_keys;
+    a.rowpart = (float *)((char *)part + part_bytes);
     a.part = part;
     a.nonfinite = flag;
     CK(todre_cuda_launch_qk(&a, job->dtype, c->B, be->stream), "relevance kernel (q, k)");

@@ -134,9 +134,10 @@ __global__ void k_reduce_rows(const double *rows, int64_t H, int64_t Q, int64_t 
 /* ---- from Q and K (fused online softmax) ------------------------------------------- */
 
 #define QK_BQ TODRE_CUDA_QK_ROWS /* query rows per block */
-#define QK_BK 64      /* keys per tile */
+#define QK_BK TODRE_CUDA_QK_KEY_TILE /* keys per tile */
 #define QK_DC 32      /* head-dimension chunk of a key tile */
 #define QK_THREADS 256
+static_assert(QK_BQ == 32, "k_qk_combine is one warp per tile");
 
 /* Does query row i of sequence b see any key of its target type? Rows that
  * do not have a numerator of exactly 0 and a denominator of exactly 1 (a
@@ -154,11 +155,16 @@ __device__ __forceinline__ int qk_row_needed(const struct todre_cuda_qk_args &a,
     return 0;
 }
 
-/* Block (tile of QK_BQ query rows, head h, sequence b). Thread t owns query
- * row t / 8 and keys (t % 8) + 8m of each tile (m < 8); the 8 threads of a
- * row are adjacent lanes, so row reductions are 3 shuffles. Q lives in
- * shared memory for the whole block, K streams through in QK_DC-wide
- * chunks. */
+/* Block (tile of QK_BQ query rows, key split s, head h, sequence b), with
+ * blockIdx.x = tile * splits + s: split s covers keys [s * split_keys,
+ * (s + 1) * split_keys) of the tile's causal range. Thread t owns query row t / 8
+ * and keys (t % 8) + 8m of each key tile (m < 8); the 8 threads of a row are
+ * adjacent lanes, so row reductions are 3 shuffles. Q lives in shared memory
+ * for the whole block, K streams through in QK_DC-wide chunks. Each row's
+ * online-softmax state over the split's keys (running max m, sum l, sum lt
+ * of its target type) goes to a.rowpart; k_qk_combine merges the splits.
+ * Splitting the keys gives a few needed rows (the text rows of
+ * [sys|vis|text]) enough blocks to fill the GPU. */
 /* At least 4 blocks per SM, so ptxas may use 64 registers per thread. Left
  * to itself on sm_80 it chose 48 and spilled in the key loop (36 bytes of
  * spill stores, 40 of loads, CUDA 13.0); with this bound sm_80 and sm_90
@@ -171,22 +177,28 @@ template <typename T>
 __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_cuda_qk_args a)
 {
     extern __shared__ float sm[];
-    const int64_t b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x;
+    const int64_t b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x / a.splits;
+    const int64_t split = blockIdx.x % a.splits;
     const int64_t i0 = tile * QK_BQ;
     const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
     const int dh = (int)a.dh, ldq = dh + 1;
     float *Qs = sm;                          /* [QK_BQ][dh + 1] */
     float *Ks = sm + QK_BQ * ldq;            /* [QK_BK][QK_DC + 1] */
     __shared__ unsigned char kt_types[QK_BK];
-    __shared__ double red[33];
 
     int target;
     const int64_t i = i0 + r;
     int needed = qk_row_needed(a, b, i, &target);
-    int any = __syncthreads_or(needed);
-    double *out = a.part + ((b * a.H + h) * gridDim.x + tile) * 2;
+    /* Last key any row of the tile may see, and this split's keys. */
+    const int64_t last_row = min(a.Q - 1, i0 + QK_BQ - 1);
+    const int64_t kend = a.K - a.Q + last_row + 1;
+    const int64_t jlo = split * a.split_keys, jhi = min(jlo + a.split_keys, kend);
+    int any = __syncthreads_or(needed && jlo < kend);
+    /* [m, l, lt] of row r in this split */
+    float *out = a.rowpart + ((((b * a.H + h) * (int64_t)(gridDim.x / a.splits) + tile) * a.splits +
+                               split) * QK_BQ + r) * 3;
     if (!any) {
-        if (tid == 0) { out[0] = 0.0; out[1] = 0.0; }
+        if (g == 0) { out[0] = -INFINITY; out[1] = 0.f; out[2] = 0.f; }
         return;
     }
     const T *q = (const T *)a.q + b * a.qs_b + h * a.qs_h;
@@ -202,11 +214,8 @@ __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_c
         Qs[rr * ldq + e] = x;
     }
     const int64_t pos = a.K - a.Q + i;
-    /* Last key any row of the tile may see. */
-    const int64_t last_row = min(a.Q - 1, i0 + QK_BQ - 1);
-    const int64_t kend = a.K - a.Q + last_row + 1;
     float m_run = -INFINITY, l = 0.f, lt = 0.f;
-    for (int64_t j0 = 0; j0 < kend; j0 += QK_BK) {
+    for (int64_t j0 = jlo; j0 < jhi; j0 += QK_BK) {
         float sc[8];
 #pragma unroll
         for (int m = 0; m < 8; m++) sc[m] = 0.f;
@@ -217,7 +226,7 @@ __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_c
             for (int idx = tid; idx < QK_BK * QK_DC; idx += QK_THREADS) {
                 int jj = idx / QK_DC, e = idx % QK_DC;
                 float x = 0.f;
-                if (j0 + jj < kend && e0 + e < dh) x = ld(k, (j0 + jj) * a.ks_k + (e0 + e) * a.ks_d);
+                if (j0 + jj < jhi && e0 + e < dh) x = ld(k, (j0 + jj) * a.ks_k + (e0 + e) * a.ks_d);
                 bad |= !isfinite(x);
                 Ks[jj * (QK_DC + 1) + e] = x;
             }
@@ -261,21 +270,57 @@ __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_c
             m_run = m_new;
         }
     }
-    /* Row totals over the 8 threads of the row. */
+    /* Row totals over the 8 threads of the row (which share m_run). */
     for (int o = 1; o < 8; o <<= 1) {
         l += __shfl_xor_sync(0xffffffffu, l, o);
         lt += __shfl_xor_sync(0xffffffffu, lt, o);
     }
-    double frac = (needed && g == 0 && l > 0.f) ? (double)lt / (double)l : 0.0;
-    double t2v = target == TODRE_TOKEN_VISUAL ? frac : 0.0;
-    double v2t = target == TODRE_TOKEN_TEXT ? frac : 0.0;
+    if (g == 0) {
+        out[0] = needed ? m_run : -INFINITY;
+        out[1] = needed ? l : 0.f;
+        out[2] = needed ? lt : 0.f;
+    }
     /* bit 0: NaN or Inf in q or k; bit 1: a score overflowed */
     int bad_in = __syncthreads_or(bad & 1), bad_sc = __syncthreads_or(bad & 2);
     if ((bad_in || bad_sc) && tid == 0) atomicOr(a.nonfinite, (bad_in ? 1 : 0) | (bad_sc ? 2 : 0));
-    t2v = block_sum_d(t2v, red);
-    if (tid == 0) out[0] = t2v;
-    v2t = block_sum_d(v2t, red);
-    if (tid == 0) out[1] = v2t;
+}
+
+/* Block (tile, head h, sequence b) of QK_BQ threads, one per query row:
+ * merge the row's split states in split order (m = max m_s, l = sum l_s *
+ * 2^(m_s - m), likewise lt), take lt / l, and sum the tile's rows by target
+ * into a.part[(b, h, tile)] (T2V, V2T numerators), in a fixed order. */
+__global__ void __launch_bounds__(QK_BQ) k_qk_combine(struct todre_cuda_qk_args a)
+{
+    const int64_t b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
+    const int r = threadIdx.x;
+    int target;
+    int needed = qk_row_needed(a, b, tile * QK_BQ + r, &target);
+    double t2v = 0.0, v2t = 0.0;
+    if (needed) {
+        const float *st = a.rowpart + ((b * a.H + h) * tiles + tile) * a.splits * QK_BQ * 3;
+        float m = -INFINITY;
+        for (int64_t s = 0; s < a.splits; s++) m = fmaxf(m, st[(s * QK_BQ + r) * 3]);
+        double l = 0.0, lt = 0.0;
+        if (m != -INFINITY) {
+            for (int64_t s = 0; s < a.splits; s++) {
+                const float *x = st + (s * QK_BQ + r) * 3;
+                if (x[0] == -INFINITY) continue;
+                double f = (double)exp2f(x[0] - m);
+                l += (double)x[1] * f;
+                lt += (double)x[2] * f;
+            }
+        }
+        double frac = l > 0.0 ? lt / l : 0.0;
+        t2v = target == TODRE_TOKEN_VISUAL ? frac : 0.0;
+        v2t = target == TODRE_TOKEN_TEXT ? frac : 0.0;
+    }
+    t2v = warp_sum_d(t2v);
+    v2t = warp_sum_d(v2t);
+    if (r == 0) {
+        double *out = a.part + ((b * a.H + h) * tiles + tile) * 2;
+        out[0] = t2v;
+        out[1] = v2t;
+    }
 }
 
 /* Per sequence: numerators from the per-tile partials in fixed order. */
@@ -348,10 +393,20 @@ cudaError_t todre_cuda_launch_qk(const struct todre_cuda_qk_args *a, todre_dtype
                                  cudaStream_t stream)
 {
     int64_t tiles = (a->Q + QK_BQ - 1) / QK_BQ;
-    if (tiles > 0x7fffffff || a->H > 65535 || B > 65535) return cudaErrorInvalidConfiguration;
-    dim3 grid((unsigned)tiles, (unsigned)a->H, (unsigned)B);
+    /* The splits must cover every key, each of whole key tiles. */
+    if (a->splits < 1 || a->split_keys < QK_BK || a->split_keys % QK_BK != 0 ||
+        a->splits > (a->K + a->split_keys - 1) / a->split_keys ||
+        a->splits * a->split_keys < a->K)
+        return cudaErrorInvalidValue;
+    if (tiles * a->splits > 0x7fffffff || a->H > 65535 || B > 65535)
+        return cudaErrorInvalidConfiguration;
+    dim3 grid((unsigned)(tiles * a->splits), (unsigned)a->H, (unsigned)B);
     size_t smem = todre_cuda_qk_smem(a->dh);
     DISPATCH_DTYPE(dt, T, k_qk<T><<<grid, QK_THREADS, smem, stream>>>(*a));
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    dim3 cgrid((unsigned)tiles, (unsigned)a->H, (unsigned)B);
+    k_qk_combine<<<cgrid, QK_BQ, 0, stream>>>(*a);
     return cudaGetLastError();
 }
 

@@ -46,6 +46,12 @@ cudaError_t todre_cuda_launch_reduce_rows(const double *rows, int64_t B, int64_t
 
 /* Query rows per block of the fused kernel: a call has ceil(Q / this) tiles. */
 #define TODRE_CUDA_QK_ROWS 32
+/* Keys per key tile of the fused kernel, and the fewest keys per split: a
+ * tile's keys are cut into splits of split_keys keys (a multiple of the key
+ * tile, at least TODRE_CUDA_QK_SPLIT_KEYS unless K is smaller), each split
+ * a block of its own. */
+#define TODRE_CUDA_QK_KEY_TILE 64
+#define TODRE_CUDA_QK_SPLIT_KEYS 256
 
 struct todre_cuda_qk_args {
     const void *q, *k;
@@ -54,6 +60,10 @@ struct todre_cuda_qk_args {
     int64_t ks_b, ks_h, ks_k, ks_d;
     float scale_log2; /* scale * log2(e): softmax in base 2 */
     struct todre_cuda_rel_tables tb;
+    int64_t splits;     /* key splits per tile, >= 1, none of them empty: */
+    int64_t split_keys; /* keys per split, a multiple of TODRE_CUDA_QK_KEY_TILE,
+                           (splits - 1) * split_keys < K <= splits * split_keys */
+    float *rowpart;   /* [B, H, tiles, splits, TODRE_CUDA_QK_ROWS, 3] (m, l, lt) */
     double *part;     /* [B, H, tiles, 2] numerators (T2V, V2T) */
     int *nonfinite;
 };
@@ -64,8 +74,10 @@ struct todre_cuda_qk_args {
 size_t todre_cuda_qk_smem(int64_t dh);
 size_t todre_cuda_qk_smem_cap(int smem_optin);
 
-/* Grid (tiles, H, B): each block writes its tile's two numerators to
- * a->part. Needs todre_cuda_relevance_kernels_init() once per device. */
+/* Two launches: grid (tiles * splits, H, B) writes every row's softmax
+ * state per split to a->rowpart; then grid (tiles, H, B) merges the splits
+ * and writes each tile's two numerators to a->part. Needs
+ * todre_cuda_relevance_kernels_init() once per device. */
 cudaError_t todre_cuda_launch_qk(const struct todre_cuda_qk_args *a, todre_dtype dt, int64_t B,
                                  cudaStream_t stream);
 

@@ -492,35 +492,52 @@ static void test_relevance() {
     Dev<int64_t> fv_d(fv), ft_d(ft);
     const todre_cuda_rel_tables tb = {types_d.p, active_d.p, fv_d.p, ft_d.p};
 
-    // Fused Q/K kernel and its reduction.
+    // Fused Q/K kernel and its reduction: the keys in one split of 128, and
+    // in two splits of 64 (the launcher's contract: whole key tiles, every
+    // key in some split); launches that would leave keys out are refused.
     const int tiles = (Q + TODRE_CUDA_QK_ROWS - 1) / TODRE_CUDA_QK_ROWS;
     Dev<float> q_d(q), k_d(k);
-    Dev<double> part_d(std::vector<double>((size_t)B * H * tiles * 2, -1)),
-        sums_d(std::vector<double>(4 * B + 1, 0));
-    Dev<int> bad_d(std::vector<int>(1, 0));
-    todre_cuda_qk_args a;
-    a.q = q_d.p;
-    a.k = k_d.p;
-    a.H = H; a.H_kv = Hkv; a.Q = Q; a.K = K; a.dh = dh;
-    a.qs_b = (int64_t)H * Q * dh; a.qs_h = (int64_t)Q * dh; a.qs_q = dh; a.qs_d = 1;
-    a.ks_b = (int64_t)Hkv * K * dh; a.ks_h = (int64_t)K * dh; a.ks_k = dh; a.ks_d = 1;
-    a.scale_log2 = (float)(scale * 1.4426950408889634);
-    a.tb = tb;
-    a.part = part_d.p;
-    a.nonfinite = bad_d.p;
-    CHECK_CUDA(todre_cuda_launch_qk(&a, TODRE_DTYPE_F32, B, nullptr));
-    CHECK_CUDA(todre_cuda_launch_reduce_tiles(part_d.p, B, H, tiles, sums_d.p, nullptr));
-    run_queue("q/k kernels");
-    std::vector<double> sums = sums_d.get();
-    for (int b = 0; b < B; b++) {
-      double s4[4];
-      ref_sums(A.data() + (size_t)b * H * Q * K, H, Q, K, types.data() + b * K, s4);
-      CHECK(fabs(sums[4 * b + 0] - s4[0]) < 1e-5 * (1 + s4[0]), "qk Q %d b %d t2v num %g vs %g", Q,
-            b, sums[4 * b], s4[0]);
-      CHECK(fabs(sums[4 * b + 2] - s4[2]) < 1e-5 * (1 + s4[2]), "qk Q %d b %d v2t num %g vs %g", Q,
-            b, sums[4 * b + 2], s4[2]);
+    for (int splits : {1, 2}) {
+      const int64_t split_keys = splits == 1 ? 128 : 64;
+      Dev<double> part_d(std::vector<double>((size_t)B * H * tiles * 2, -1)),
+          sums_d(std::vector<double>(4 * B + 1, 0));
+      Dev<float> rowpart_d(std::vector<float>((size_t)B * H * tiles * splits * TODRE_CUDA_QK_ROWS * 3,
+                                              -7.0f));
+      Dev<int> bad_d(std::vector<int>(1, 0));
+      todre_cuda_qk_args a;
+      a.q = q_d.p;
+      a.k = k_d.p;
+      a.H = H; a.H_kv = Hkv; a.Q = Q; a.K = K; a.dh = dh;
+      a.qs_b = (int64_t)H * Q * dh; a.qs_h = (int64_t)Q * dh; a.qs_q = dh; a.qs_d = 1;
+      a.ks_b = (int64_t)Hkv * K * dh; a.ks_h = (int64_t)K * dh; a.ks_k = dh; a.ks_d = 1;
+      a.scale_log2 = (float)(scale * 1.4426950408889634);
+      a.tb = tb;
+      a.splits = 1;
+      a.split_keys = 64;   // 64 < K = 75: a key left out
+      a.rowpart = rowpart_d.p;
+      a.part = part_d.p;
+      a.nonfinite = bad_d.p;
+      CHECK(todre_cuda_launch_qk(&a, TODRE_DTYPE_F32, B, nullptr) == cudaErrorInvalidValue,
+            "qk launch that leaves keys out is refused");
+      a.splits = 3;        // an empty split
+      CHECK(todre_cuda_launch_qk(&a, TODRE_DTYPE_F32, B, nullptr) == cudaErrorInvalidValue,
+            "qk launch with an empty split is refused");
+      a.splits = splits;
+      a.split_keys = split_keys;
+      CHECK_CUDA(todre_cuda_launch_qk(&a, TODRE_DTYPE_F32, B, nullptr));
+      CHECK_CUDA(todre_cuda_launch_reduce_tiles(part_d.p, B, H, tiles, sums_d.p, nullptr));
+      run_queue("q/k kernels");
+      std::vector<double> sums = sums_d.get();
+      for (int b = 0; b < B; b++) {
+        double s4[4];
+        ref_sums(A.data() + (size_t)b * H * Q * K, H, Q, K, types.data() + b * K, s4);
+        CHECK(fabs(sums[4 * b + 0] - s4[0]) < 1e-5 * (1 + s4[0]),
+              "qk Q %d splits %d b %d t2v num %g vs %g", Q, splits, b, sums[4 * b], s4[0]);
+        CHECK(fabs(sums[4 * b + 2] - s4[2]) < 1e-5 * (1 + s4[2]),
+              "qk Q %d splits %d b %d v2t num %g vs %g", Q, splits, b, sums[4 * b + 2], s4[2]);
+      }
+      CHECK(bad_d.get()[0] == 0, "qk nonfinite flag on finite input");
     }
-    CHECK(bad_d.get()[0] == 0, "qk nonfinite flag on finite input");
 
     // Probabilities: f16 in a [B, Q, H, K + 3] buffer viewed as [B, H, Q, K]
     // (misaligned rows), scalar and vector loads.

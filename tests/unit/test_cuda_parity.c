@@ -860,6 +860,88 @@ static void test_relevance_qk(void **state)
             }
 }
 
+/* Longer sequences than a key split (TODRE_CUDA_QK_SPLIT_KEYS keys): the
+ * fused kernel cuts each tile's keys into splits and merges their softmax
+ * states. [sys|vis|text] (only the text rows are needed, so the split count
+ * is the largest) and question first (most rows needed), full prefill and a
+ * chunk; ratios equal the CPU's. */
+#define SK 600
+static void test_relevance_qk_key_splits(void **state)
+{
+    (void)state;
+    const int64_t H = 2, Hkv = 1, dh = 32, Qs[2] = {SK, 150};
+    uint8_t types[RB * SK];
+    for (int64_t j = 0; j < SK; j++) {
+        types[j] = j < 8 ? TODRE_TOKEN_SYSTEM : j < 528 ? TODRE_TOKEN_VISUAL : TODRE_TOKEN_TEXT;
+        types[SK + j] = j < 4 ? TODRE_TOKEN_SYSTEM
+                      : j < 34 ? TODRE_TOKEN_TEXT
+                      : j < 554 ? TODRE_TOKEN_VISUAL : TODRE_TOKEN_TEXT;
+    }
+    size_t qn = (size_t)(RB * H * SK * dh), kn = (size_t)(RB * Hkv * SK * dh);
+    uint16_t *qh = malloc(2 * qn), *kh = malloc(2 * kn);
+    assert_true(qh && kh);
+    tt_rng rng = {777};
+    for (size_t x = 0; x < qn; x++) tt_store(qh, TODRE_DTYPE_F16, x, 2.0 * tt_rng_normal(&rng));
+    for (size_t x = 0; x < kn; x++) tt_store(kh, TODRE_DTYPE_F16, x, tt_rng_normal(&rng));
+    for (int qi = 0; qi < 2; qi++) {
+        int64_t Q = Qs[qi];
+        /* the last Q query rows of q [B, H, SK, dh] */
+        int64_t qshape[4] = {RB, H, Q, dh}, qstr[4] = {H * SK * dh, SK * dh, dh, 1};
+        int64_t kshape[4] = {RB, Hkv, SK, dh};
+        double r[2][2 * RB];
+        for (int dev = 0; dev < 2; dev++) {
+            todre_context *ctx = dev ? cuda_ctx(0, -1) : tt_cpu_context();
+            uint16_t *qd = qh, *kd = kh;
+            if (dev) {
+                qd = dev_copy(ctx, qh, 2 * qn);
+                kd = dev_copy(ctx, kh, 2 * kn);
+            }
+            todre_relevance *rel = NULL;
+            tt_assert_ok(todre_relevance_create(1, RB, &rel));
+            int64_t layer0 = 0, tshape[2] = {RB, SK};
+            tt_array layers, t, qt, kt;
+            tt_assert_ok(todre_relevance_set_probe_layers(
+                rel, tt_array1(&layers, &layer0, TODRE_DTYPE_I64, 1)));
+            tt_assert_ok(todre_relevance_set_types(
+                rel, tt_array_init(&t, types, TODRE_DTYPE_U8, 2, tshape, NULL)));
+            tt_array_init(&qt, qd + (SK - Q) * dh, TODRE_DTYPE_F16, 4, qshape, qstr);
+            tt_array_init(&kt, kd, TODRE_DTYPE_F16, 4, kshape, NULL);
+            if (dev) {
+                tt_array_on(&qt, kDLCUDA, 0);
+                tt_array_on(&kt, kDLCUDA, 0);
+            }
+            if (Q < SK) {
+                /* the chunk before: keys [0, SK - Q), its own queries */
+                int64_t q0[4] = {RB, H, SK - Q, dh}, k0[4] = {RB, Hkv, SK - Q, dh};
+                int64_t k0s[4] = {Hkv * SK * dh, SK * dh, dh, 1};
+                tt_array q0t, k0t;
+                tt_array_init(&q0t, qd, TODRE_DTYPE_F16, 4, q0, qstr);
+                tt_array_init(&k0t, kd, TODRE_DTYPE_F16, 4, k0, k0s);
+                if (dev) {
+                    tt_array_on(&q0t, kDLCUDA, 0);
+                    tt_array_on(&k0t, kDLCUDA, 0);
+                }
+                tt_assert_ok(todre_relevance_observe_qk(ctx, rel, 0, &q0t.dl, &k0t.dl, 0.0, NULL));
+            }
+            tt_assert_ok(todre_relevance_observe_qk(ctx, rel, 0, &qt.dl, &kt.dl, 0.0, NULL));
+            read_ratios(rel, r[dev]);
+            todre_relevance_destroy(rel);
+            if (dev) {
+                dev_free(ctx, kd);
+                dev_free(ctx, qd);
+            }
+            todre_context_destroy(ctx);
+        }
+        char what[64];
+        snprintf(what, sizeof what, "qk, key splits, last chunk of %lld rows", (long long)Q);
+        assert_ratios_close(r[0], r[1], what);
+        /* the layouts make both ratios of sequence 1 non-trivial */
+        assert_true(r[1][2] > 0.0 && r[1][3] > 0.0);
+    }
+    free(kh);
+    free(qh);
+}
+
 /* Chunked prefill on CUDA: Q/K observed in three chunks (keys [0, end),
  * queries [start, end)) give the CPU's whole-prefill ratios; earlier chunks
  * return PENDING. The backend sees each chunk's key prefix of the types. */
@@ -1072,6 +1154,7 @@ int main(void)
         cmocka_unit_test(test_relevance_probs),
         cmocka_unit_test(test_relevance_qk),
         cmocka_unit_test(test_relevance_qk_chunked),
+        cmocka_unit_test(test_relevance_qk_key_splits),
         cmocka_unit_test(test_llava_next_shape),
 #ifdef TODRE_TEST_EMULATED_RT
         cmocka_unit_test(test_hot_path_allocates_and_waits_nothing),
