@@ -14,6 +14,10 @@
 #    exists. With the toolkit it also links the CUDA runtime, for the one
 #    case that hands the context a stream of the caller's.
 #  - unit.cuda_contract needs no toolkit at all.
+#  - unit.cuda_threads (tests/unit/test_cuda_threads.c): 8 host threads, each
+#    with its own context (and its own non-blocking stream, with the
+#    toolkit), selecting and probing at the same time; every result equal to
+#    the serial run's. Skipped (77) without a usable CUDA device.
 # Both run on the real module when it is built (it sits next to libtodre.so,
 # where the registry looks). Their runs on the CPU emulator are the
 # cuda_emu.host_logic.* tests (tests/cuda_emu.cmake).
@@ -27,6 +31,17 @@ if(TARGET test_cuda_parity)
   if(TARGET todre_cuda)
     add_dependencies(test_cuda_parity todre_cuda)
     target_compile_definitions(test_cuda_parity PRIVATE TODRE_TEST_CUDA_MODULE_BUILT=1)
+  endif()
+endif()
+if(TARGET test_cuda_threads)
+  find_package(Threads REQUIRED)
+  target_link_libraries(test_cuda_threads PRIVATE Threads::Threads)
+  if(CUDAToolkit_FOUND)
+    target_link_libraries(test_cuda_threads PRIVATE CUDA::cudart)
+    target_compile_definitions(test_cuda_threads PRIVATE TODRE_TEST_HAVE_CUDART=1)
+  endif()
+  if(TARGET todre_cuda)
+    add_dependencies(test_cuda_threads todre_cuda)
   endif()
 endif()
 if(TARGET test_cuda_contract AND TARGET todre_cuda)
