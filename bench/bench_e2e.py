@@ -67,10 +67,12 @@ class LibClock:
         clock = self
 
         def timed(*a, **kw):
+            sync()      # on a GPU: the work queued before is not libtodre's
             t0 = time.perf_counter()
             try:
                 return fn(*a, **kw)
             finally:
+                sync()  # ... and libtodre's own queued work is
                 clock.t[key] += time.perf_counter() - t0
         setattr(owner, name, timed)
 
@@ -91,10 +93,12 @@ class ForwardClock:
 
     def _pre(self, *_):
         if self.first is None:
+            sync()
             self._t0 = time.perf_counter()
 
     def _post(self, *_):
         if self.first is None and self._t0 is not None:
+            sync()
             self.first = time.perf_counter() - self._t0
 
     def reset(self):
@@ -108,19 +112,43 @@ class Stamps(LogitsProcessor):
         self.t = []
 
     def __call__(self, input_ids, scores):
+        sync()
         self.t.append(time.perf_counter())
         return scores
 
 
 # -- models -------------------------------------------------------------------------
 SYSTEM, TEXT = 34, 40
+DEVICE = "cpu"
+
+# --preset 7b: the language models of LLaVA-NeXT-7B (Vicuna-7B) and
+# Qwen2.5-VL-7B (layers, width, ffn, heads, kv heads), for a GPU.
+PRESETS = {"llava": (32, 4096, 11008, 32, 32), "qwen": (28, 3584, 18944, 28, 4)}
 
 
-def llm_dims(args):
-    heads = args.width // 64
-    return dict(hidden_size=args.width, intermediate_size=args.ffn,
-                num_hidden_layers=args.layers, num_attention_heads=heads,
-                num_key_value_heads=max(1, heads // 2))
+def sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def llm_dims(args, model):
+    if args.preset == "7b":
+        layers, width, ffn, heads, kv = PRESETS[model]
+    else:
+        layers, width, ffn = args.layers, args.width, args.ffn
+        heads = width // 64
+        kv = max(1, heads // 2)
+    return dict(hidden_size=width, intermediate_size=ffn, num_hidden_layers=layers,
+                num_attention_heads=heads, num_key_value_heads=kv)
+
+
+def place(model, inputs, args):
+    """The model and its inputs on --device in --dtype (token ids stay int64)."""
+    dt = getattr(torch, args.dtype)
+    model = model.to(dt)
+    inputs = {k: (v.to(DEVICE, dt) if v.is_floating_point() else v.to(DEVICE))
+              for k, v in inputs.items()}
+    return model, inputs
 
 
 def llava_next(args):
@@ -130,7 +158,7 @@ def llava_next(args):
     vision = CLIPVisionConfig(hidden_size=1024, intermediate_size=4096, num_hidden_layers=24,
                               num_attention_heads=16, image_size=336, patch_size=14,
                               projection_dim=768, hidden_act="quick_gelu")
-    text = LlamaConfig(**llm_dims(args), vocab_size=32064, max_position_embeddings=4096,
+    text = LlamaConfig(**llm_dims(args, "llava"), vocab_size=32064, max_position_embeddings=4096,
                        bos_token_id=1, eos_token_id=2, pad_token_id=0)
     cfg = LlavaNextConfig(vision_config=vision, text_config=text, image_token_id=32000,
                           image_grid_pinpoints=[[336, 672], [672, 336], [672, 672],
@@ -138,7 +166,8 @@ def llava_next(args):
                           vision_feature_layer=-2, vision_feature_select_strategy="default")
     for c in (cfg, cfg.text_config, cfg.vision_config):
         c._attn_implementation = "sdpa"
-    model = LlavaNextForConditionalGeneration(cfg).eval()
+    with torch.device(DEVICE):
+        model = LlavaNextForConditionalGeneration(cfg).eval()
     model.generation_config.pad_token_id = 0
     # a 672 x 672 image: 2 x 2 crops of 336 px + the thumbnail, no unpadding
     g = torch.Generator().manual_seed(1)
@@ -148,20 +177,22 @@ def llava_next(args):
     ids = _prompt(g, 32000, n_img, 32000)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
               "pixel_values": pv, "image_sizes": sizes}
+    model, inputs = place(model, inputs, args)
     return model, inputs, model.model.vision_tower, n_img
 
 
 def qwen2_5_vl(args):
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
     torch.manual_seed(0)
-    half = 64 // 2                        # head_dim 64: 32 rotary pairs, t:h:w = 2:3:3
+    dims = llm_dims(args, "qwen")
+    half = dims["hidden_size"] // dims["num_attention_heads"] // 2   # rotary pairs, t:h:w = 2:3:3
     section = [half // 4, half * 3 // 8, half - half // 4 - half * 3 // 8]
     cfg = Qwen2_5_VLConfig(
         vision_config=dict(depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16,
-                           out_hidden_size=args.width, patch_size=14, spatial_merge_size=2,
+                           out_hidden_size=dims["hidden_size"], patch_size=14, spatial_merge_size=2,
                            temporal_patch_size=2, window_size=112,
                            fullatt_block_indexes=[7, 15, 23, 31], in_channels=3),
-        text_config=dict(**llm_dims(args), vocab_size=151936, max_position_embeddings=8192,
+        text_config=dict(**dims, vocab_size=151936, max_position_embeddings=8192,
                          bos_token_id=151643, eos_token_id=151645, pad_token_id=151643,
                          rope_scaling={"type": "mrope", "mrope_section": section}),
         image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
@@ -169,7 +200,8 @@ def qwen2_5_vl(args):
         pad_token_id=151643)
     for c in (cfg, cfg.text_config, cfg.vision_config):
         c._attn_implementation = "sdpa"
-    model = Qwen2_5_VLForConditionalGeneration(cfg).eval()
+    with torch.device(DEVICE):
+        model = Qwen2_5_VLForConditionalGeneration(cfg).eval()
     model.generation_config.pad_token_id = 151643
     side = args.qwen_px // 14
     g = torch.Generator().manual_seed(1)
@@ -180,6 +212,7 @@ def qwen2_5_vl(args):
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids),
               "mm_token_type_ids": (ids == 151655).int(),
               "pixel_values": pv, "image_grid_thw": thw}
+    model, inputs = place(model, inputs, args)
     return model, inputs, model.model.visual, n_img
 
 
@@ -239,8 +272,9 @@ def run_model(name, build, args, lib):
     L = len(lm.layers)
     probe = L * 7 // 8
     params = sum(p.numel() for p in model.parameters())
-    print(f"\n== {name}: {params / 1e6:.0f} M parameters, LLM {L} layers x {args.width} "
-          f"(ffn {args.ffn}), prompt {inputs['input_ids'].shape[1]} tokens of which "
+    tc = lm.config
+    print(f"\n== {name}: {params / 1e6:.0f} M parameters, LLM {L} layers x {tc.hidden_size} "
+          f"(ffn {tc.intermediate_size}, heads {tc.num_attention_heads}/{tc.num_key_value_heads}), prompt {inputs['input_ids'].shape[1]} tokens of which "
           f"{n_img} visual; built in {time.perf_counter() - t_build:.1f} s", flush=True)
 
     t = time.perf_counter()
@@ -313,8 +347,18 @@ def main():
                     help="Qwen2.5-VL image side in pixels (multiple of 28)")
     ap.add_argument("--tau", type=float, default=1.0,
                     help="stage-2 threshold; above the observed ratios forces the drop")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="where the model runs (cuda: libtodre's CUDA backend selects)")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
+    ap.add_argument("--preset", choices=["none", "7b"], default="none",
+                    help="7b: the 7B language models' shapes (overrides --layers/--width/--ffn)")
     args = ap.parse_args()
+    global DEVICE
+    DEVICE = args.device
     torch.set_num_threads(args.threads)
+    if DEVICE == "cuda":
+        print(f"GPU: {torch.cuda.get_device_name(0)}; libtodre backends "
+              f"{todre.available_backends()}; {args.dtype}")
     lib = LibClock()
     print(f"libtodre {todre.__file__} on {os.environ.get('TODRE_LIBRARY', '(default)')}; "
           f"torch {torch.__version__}, {args.threads} threads; {platform.processor() or ''}")
