@@ -157,59 +157,50 @@ static int best_values(const struct todre_sel_seg *s, const struct todre_sel_row
 
 /* The lookahead from c over the nc candidates cand[] (values val[], raw):
  * appends to ids[1..] up to cap picks that have no row; returns how many.
- * One parallel region for the whole run, not one per mini-row (whose dots
- * take microseconds): the threads widen a part of the pick's row each, make
- * the dots of a part of the candidates, and take the same next pick. */
+ * Serial: a mini-row is LOOKAHEAD dot products of d (about 17 us at d =
+ * 4096), a run up to cap of them. Spread over the context's threads it took
+ * three barriers per pick, about 900 per call at n = 2880, k = 288; on an
+ * oversubscribed machine (more runnable threads than cores, e.g. several
+ * processes each with a thread per core) every barrier waits for a thread
+ * the scheduler has parked, and a call took 50x longer than alone
+ * (docs/benchmarks.md, "Oversubscribed CPU"). */
 static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, int64_t c,
                      int maxmin, int sign, const int64_t *cand, double *val, int nc, int cap,
                      int64_t *ids)
 {
     double sim[LOOKAHEAD];
     uint8_t picked[LOOKAHEAD] = {0};
-    int m = 0, done = 0;
+    int m = 0;
     int64_t u = c;
-    const int64_t d = s->d, es = todre_sel_elem_size(s->dtype);
-#pragma omp parallel num_threads(s->nthreads)
-    {
-        const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-        const int lo = nc * id / nt, hi = nc * (id + 1) / nt;
-        const int64_t k0 = d * id / nt, k1 = d * (id + 1) / nt;
-        while (!done) {
-            const double su = s->scale[u];
-            if (r->slot[u] >= 0) {
-                const float *g = r->g + r->slot[u] * r->ld;
-                for (int i = lo; i < hi; i++)
-                    if (!picked[i]) sim[i] = row_sim(s, g, cand[i], su);
-            } else {
-                const char *row = todre_sel_row(s->rows, s->dtype, s->stride, u);
-                if (k1 > k0) s->kern->widen(row + k0 * es, k1 - k0, 1.0f, s->w + k0);
-#pragma omp barrier
-                for (int i = lo; i < hi; i++) {
-                    if (picked[i]) continue;
-                    const void *x = todre_sel_row(s->rows, s->dtype, s->stride, cand[i]);
-                    sim[i] = (double)s->kern->dot(x, s->w, d) * (s->scale[cand[i]] * su);
-                }
+    const int64_t d = s->d;
+    for (;;) {
+        const double su = s->scale[u];
+        if (r->slot[u] >= 0) {
+            const float *g = r->g + r->slot[u] * r->ld;
+            for (int i = 0; i < nc; i++)
+                if (!picked[i]) sim[i] = row_sim(s, g, cand[i], su);
+        } else {
+            s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, u), d, 1.0f, s->w);
+            for (int i = 0; i < nc; i++) {
+                if (picked[i]) continue;
+                const void *x = todre_sel_row(s->rows, s->dtype, s->stride, cand[i]);
+                sim[i] = (double)s->kern->dot(x, s->w, d) * (s->scale[cand[i]] * su);
             }
-#pragma omp barrier
-#pragma omp single
-            {
-                int best = -1;
-                double bv = 0;
-                for (int i = 0; i < nc; i++) {
-                    if (picked[i]) continue;
-                    fold(val, i, sim[i], maxmin);
-                    double x = sign * val[i];
-                    if (todre_sel_better(x, bv, best)) best = i, bv = x;
-                }
-                if (best < 0) {
-                    done = 1;
-                } else {
-                    picked[best] = 1;
-                    u = cand[best];
-                    if (r->slot[u] < 0) ids[1 + m++] = u;
-                    done = m == cap;
-                }
-            } /* the implied barrier: every thread sees u and done */
+        }
+        int best = -1;
+        double bv = 0;
+        for (int i = 0; i < nc; i++) {
+            if (picked[i]) continue;
+            fold(val, i, sim[i], maxmin);
+            double x = sign * val[i];
+            if (todre_sel_better(x, bv, best)) best = i, bv = x;
+        }
+        if (best < 0) break;
+        picked[best] = 1;
+        u = cand[best];
+        if (r->slot[u] < 0) {
+            ids[1 + m++] = u;
+            if (m == cap) break;
         }
     }
     return m;
