@@ -137,48 +137,63 @@ static void qk_denominators(const struct todre_relevance_common *c, double *dt, 
 /* Blocks the fused kernel aims for in all: about 15 per SM of an H100. */
 #define QK_TARGET_BLOCKS 2048
 
-/* Key splits per tile of the fused kernel, and the keys of each (whole key
- * tiles, the splits together covering K): enough splits for about
- * QK_TARGET_BLOCKS blocks over the tiles that have a needed row (a row
- * that sees a key of its target type), but no split shorter than
- * TODRE_CUDA_QK_SPLIT_KEYS keys (unless K is). The [sys|vis|text] prefill needs only its
- * few text rows, which alone would occupy a handful of SMs for the whole
- * key range. A function of the shapes and token types only, so the sums
- * (whose float order follows the splits) are the same on every GPU. */
-static int64_t qk_splits(const struct todre_relevance_common *c, int64_t tiles,
-                         int64_t *split_keys)
+/* The first query tile of sequence b that can hold a needed row (a row that
+ * sees a key of its target type): every needed row is at or after
+ * max(first visual, first text). The tile count when there is none. The
+ * kernels' qk_first_tile is the same rule. */
+static int64_t qk_first_tile(const struct todre_relevance_common *c, int64_t b, int64_t tiles)
 {
-    int64_t needed = 0;
+    const unsigned char *ty = c->types + b * c->K;
+    int64_t fv = c->K, ft = c->K;
+    for (int64_t j = c->K - 1; j >= 0; j--) {
+        if (ty[j] == TODRE_TOKEN_VISUAL) fv = j;
+        else if (ty[j] == TODRE_TOKEN_TEXT) ft = j;
+    }
+    int64_t p0 = fv > ft ? fv : ft;
+    if (p0 >= c->K) return tiles;
+    int64_t i0 = p0 - (c->K - c->Q);
+    return i0 <= 0 ? 0 : i0 / TODRE_CUDA_QK_ROWS;
+}
+
+/* The fused kernel's launch shape, from the shapes and token types alone (so
+ * the sums, whose float order follows the splits, are the same on every
+ * GPU):
+ *  - slots: the most tiles any active sequence has from its first tile that
+ *    can hold a needed row (the others get no block);
+ *  - splits: enough for about QK_TARGET_BLOCKS blocks over the active
+ *    sequences' tiles, but no split under TODRE_CUDA_QK_SPLIT_KEYS keys
+ *    (unless K is). The [sys|vis|text] prefill needs only its text rows (2
+ *    tiles at K = 2955), which alone would occupy a few SMs for the whole key
+ *    range. Several splits keep a row state per split (12 bytes a row) for
+ *    B * H * slots tiles: at most 4 * QK_TARGET_BLOCKS tiles' worth, 3 MiB,
+ *    whatever K (with one split there are none);
+ *  - split_keys: the keys per split, whole key tiles, the splits together
+ *    covering K. */
+static void qk_shape(const struct todre_relevance_common *c, int64_t tiles, int64_t *slots,
+                     int64_t *splits, int64_t *split_keys)
+{
+    int64_t work = 0, most_tiles = 0;
     for (int64_t b = 0; b < c->B; b++) {
         if (!c->active[b]) continue;
-        const unsigned char *ty = c->types + b * c->K;
-        int64_t fv = c->K, ft = c->K;
-        for (int64_t j = c->K - 1; j >= 0; j--) {
-            if (ty[j] == TODRE_TOKEN_VISUAL) fv = j;
-            else if (ty[j] == TODRE_TOKEN_TEXT) ft = j;
-        }
-        for (int64_t t = 0; t < tiles; t++) {
-            int64_t hi = (t + 1) * TODRE_CUDA_QK_ROWS < c->Q ? (t + 1) * TODRE_CUDA_QK_ROWS : c->Q;
-            for (int64_t i = t * TODRE_CUDA_QK_ROWS; i < hi; i++) {
-                int64_t pos = c->K - c->Q + i;
-                unsigned char q = ty[pos];
-                if ((q == TODRE_TOKEN_TEXT && fv <= pos) || (q == TODRE_TOKEN_VISUAL && ft <= pos)) {
-                    needed++;
-                    break;
-                }
-            }
-        }
+        int64_t n = tiles - qk_first_tile(c, b, tiles);
+        work += n;
+        if (n > most_tiles) most_tiles = n;
     }
+    *slots = most_tiles > 0 ? most_tiles : 1;
+    work *= c->H;
     const int64_t tile = TODRE_CUDA_QK_KEY_TILE;
-    int64_t work = needed * c->H;
     int64_t want = work ? (QK_TARGET_BLOCKS + work - 1) / work : 1;
     int64_t most = (c->K + TODRE_CUDA_QK_SPLIT_KEYS - 1) / TODRE_CUDA_QK_SPLIT_KEYS;
-    int64_t splits = want < 1 ? 1 : want > most ? most : want;
+    int64_t n = want < 1 ? 1 : want > most ? most : want;
+    /* Row states are kept for B * H * slots tiles per split: never more than
+     * 4 * QK_TARGET_BLOCKS tiles' worth (3 MiB), however ragged the batch. */
+    int64_t cap = 4 * QK_TARGET_BLOCKS / (c->B * c->H * *slots);
+    if (n > cap) n = cap > 1 ? cap : 1;
     /* keys per split in whole tiles; then no more splits than it takes */
-    int64_t keys = (c->K + splits - 1) / splits;
+    int64_t keys = (c->K + n - 1) / n;
     keys = (keys + tile - 1) / tile * tile;
     *split_keys = keys;
-    return (c->K + keys - 1) / keys;
+    *splits = (c->K + keys - 1) / keys;
 }
 
 static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_relevance_qk_job *job,
@@ -194,12 +209,14 @@ static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_re
     struct todre_cuda_rel_tables tb;
     CKS(stage_tables(be, c, &tb, diag));
     int64_t tiles = (c->Q + TODRE_CUDA_QK_ROWS - 1) / TODRE_CUDA_QK_ROWS;
-    int64_t split_keys;
-    int64_t splits = qk_splits(c, tiles, &split_keys);
-    /* One buffer: the per-tile numerators, then the per-row split states. */
+    int64_t slots, splits, split_keys;
+    qk_shape(c, tiles, &slots, &splits, &split_keys);
+    /* One buffer: the per-tile numerators, then (several splits) the per-row
+     * split states. */
     size_t part_bytes = (size_t)(c->B * c->H * tiles) * 2 * sizeof(double);
-    size_t row_bytes = (size_t)(c->B * c->H * tiles) * (size_t)splits * TODRE_CUDA_QK_ROWS * 3 *
-                       sizeof(float);
+    size_t row_bytes = splits == 1 ? 0
+                     : (size_t)(c->B * c->H * slots) * (size_t)splits * TODRE_CUDA_QK_ROWS * 3 *
+                           sizeof(float);
     double *part, *dsums;
     CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_REL_ROWS, part_bytes + row_bytes, (void **)&part, diag));
     CKS(todre_cuda_buf(be, TODRE_CUDA_BUF_REL_SUMS, ((size_t)c->B * 4 + 1) * sizeof(double),
@@ -220,6 +237,7 @@ static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_re
     a.tb = tb;
     a.splits = splits;
     a.split_keys = split_keys;
+    a.slots = slots;
     a.rowpart = (float *)((char *)part + part_bytes);
     a.part = part;
     a.nonfinite = flag;

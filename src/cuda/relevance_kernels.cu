@@ -157,14 +157,31 @@ __device__ __forceinline__ int qk_row_needed(const struct todre_cuda_qk_args &a,
 
 /* Block (tile of QK_BQ query rows, key split s, head h, sequence b), with
  * blockIdx.x = tile * splits + s: split s covers keys [s * split_keys,
- * (s + 1) * split_keys) of the tile's causal range. Thread t owns query row t / 8
- * and keys (t % 8) + 8m of each key tile (m < 8); the 8 threads of a row are
- * adjacent lanes, so row reductions are 3 shuffles. Q lives in shared memory
- * for the whole block, K streams through in QK_DC-wide chunks. Each row's
- * online-softmax state over the split's keys (running max m, sum l, sum lt
- * of its target type) goes to a.rowpart; k_qk_combine merges the splits.
- * Splitting the keys gives a few needed rows (the text rows of
- * [sys|vis|text]) enough blocks to fill the GPU. */
+ * (s + 1) * split_keys) of the tile's causal range. Tiles are counted from
+ * the sequence's first tile that can hold a needed row (qk_first_tile):
+ * blockIdx.x / splits is the slot, tile = first + slot. Thread t owns query
+ * row t / 8 and keys (t % 8) + 8m of each key tile (m < 8); the 8 threads of
+ * a row are adjacent lanes, so row reductions are 3 shuffles. Q lives in
+ * shared memory for the whole block, K streams through in QK_DC-wide
+ * chunks. With one split the block sums its rows' fractions into a.part
+ * itself; with several, each row's online-softmax state over the split's
+ * keys (running max m, sum l, sum lt of its target type) goes to a.rowpart
+ * and k_qk_combine merges the splits. Splitting the keys gives a few needed
+ * rows (the text rows of [sys|vis|text]) enough blocks to fill the GPU. */
+/* The first query tile of sequence b that can hold a needed row: a visual
+ * row is needed from the first text position on and a text row from the
+ * first visual one, so every needed row is at or after max(first visual,
+ * first text). Returns the tile count when there is none. The host's
+ * qk_first_tile (relevance.cu) is the same rule. */
+__device__ __forceinline__ int64_t qk_first_tile(const struct todre_cuda_qk_args &a, int64_t b)
+{
+    const int64_t tiles = (a.Q + QK_BQ - 1) / QK_BQ;
+    int64_t p0 = max(a.tb.first_visual[b], a.tb.first_text[b]);
+    if (p0 >= a.K) return tiles;
+    int64_t i0 = p0 - (a.K - a.Q);
+    return i0 <= 0 ? 0 : i0 / QK_BQ;
+}
+
 /* At least 4 blocks per SM, so ptxas may use 64 registers per thread. Left
  * to itself on sm_80 it chose 48 and spilled in the key loop (36 bytes of
  * spill stores, 40 of loads, CUDA 13.0); with this bound sm_80 and sm_90
@@ -177,14 +194,17 @@ template <typename T>
 __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_cuda_qk_args a)
 {
     extern __shared__ float sm[];
-    const int64_t b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x / a.splits;
+    const int64_t b = blockIdx.z, h = blockIdx.y, slot = blockIdx.x / a.splits;
     const int64_t split = blockIdx.x % a.splits;
+    const int64_t tiles = (a.Q + QK_BQ - 1) / QK_BQ, tile = qk_first_tile(a, b) + slot;
+    if (tile >= tiles) return; /* a slot past this sequence's tiles */
     const int64_t i0 = tile * QK_BQ;
     const int tid = threadIdx.x, r = tid >> 3, g = tid & 7;
     const int dh = (int)a.dh, ldq = dh + 1;
     float *Qs = sm;                          /* [QK_BQ][dh + 1] */
     float *Ks = sm + QK_BQ * ldq;            /* [QK_BK][QK_DC + 1] */
     __shared__ unsigned char kt_types[QK_BK];
+    __shared__ double red[33];
 
     int target;
     const int64_t i = i0 + r;
@@ -194,11 +214,11 @@ __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_c
     const int64_t kend = a.K - a.Q + last_row + 1;
     const int64_t jlo = split * a.split_keys, jhi = min(jlo + a.split_keys, kend);
     int any = __syncthreads_or(needed && jlo < kend);
-    /* [m, l, lt] of row r in this split */
-    float *out = a.rowpart + ((((b * a.H + h) * (int64_t)(gridDim.x / a.splits) + tile) * a.splits +
-                               split) * QK_BQ + r) * 3;
-    if (!any) {
-        if (g == 0) { out[0] = -INFINITY; out[1] = 0.f; out[2] = 0.f; }
+    /* [m, l, lt] of row r in this split (several splits) */
+    float *out = a.splits == 1 ? NULL
+               : a.rowpart + ((((b * a.H + h) * a.slots + slot) * a.splits + split) * QK_BQ + r) * 3;
+    if (!any) { /* one split: a.part is already 0 */
+        if (out && g == 0) { out[0] = -INFINITY; out[1] = 0.f; out[2] = 0.f; }
         return;
     }
     const T *q = (const T *)a.q + b * a.qs_b + h * a.qs_h;
@@ -275,7 +295,7 @@ __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_c
         l += __shfl_xor_sync(0xffffffffu, l, o);
         lt += __shfl_xor_sync(0xffffffffu, lt, o);
     }
-    if (g == 0) {
+    if (out && g == 0) {
         out[0] = needed ? m_run : -INFINITY;
         out[1] = needed ? l : 0.f;
         out[2] = needed ? lt : 0.f;
@@ -283,21 +303,34 @@ __global__ void __launch_bounds__(QK_THREADS, QK_MIN_BLOCKS) k_qk(struct todre_c
     /* bit 0: NaN or Inf in q or k; bit 1: a score overflowed */
     int bad_in = __syncthreads_or(bad & 1), bad_sc = __syncthreads_or(bad & 2);
     if ((bad_in || bad_sc) && tid == 0) atomicOr(a.nonfinite, (bad_in ? 1 : 0) | (bad_sc ? 2 : 0));
+    if (!out) { /* one split: the tile's two numerators */
+        double frac = (needed && g == 0 && l > 0.f) ? (double)lt / (double)l : 0.0;
+        double t2v = target == TODRE_TOKEN_VISUAL ? frac : 0.0;
+        double v2t = target == TODRE_TOKEN_TEXT ? frac : 0.0;
+        double *part = a.part + ((b * a.H + h) * tiles + tile) * 2;
+        t2v = block_sum_d(t2v, red);
+        if (tid == 0) part[0] = t2v;
+        v2t = block_sum_d(v2t, red);
+        if (tid == 0) part[1] = v2t;
+    }
 }
 
-/* Block (tile, head h, sequence b) of QK_BQ threads, one per query row:
+/* Block (slot, head h, sequence b) of QK_BQ threads, one per query row of
+ * tile qk_first_tile + slot:
  * merge the row's split states in split order (m = max m_s, l = sum l_s *
  * 2^(m_s - m), likewise lt), take lt / l, and sum the tile's rows by target
  * into a.part[(b, h, tile)] (T2V, V2T numerators), in a fixed order. */
 __global__ void __launch_bounds__(QK_BQ) k_qk_combine(struct todre_cuda_qk_args a)
 {
-    const int64_t b = blockIdx.z, h = blockIdx.y, tile = blockIdx.x, tiles = gridDim.x;
+    const int64_t b = blockIdx.z, h = blockIdx.y, slot = blockIdx.x;
+    const int64_t tiles = (a.Q + QK_BQ - 1) / QK_BQ, tile = qk_first_tile(a, b) + slot;
+    if (tile >= tiles) return;
     const int r = threadIdx.x;
     int target;
     int needed = qk_row_needed(a, b, tile * QK_BQ + r, &target);
     double t2v = 0.0, v2t = 0.0;
     if (needed) {
-        const float *st = a.rowpart + ((b * a.H + h) * tiles + tile) * a.splits * QK_BQ * 3;
+        const float *st = a.rowpart + ((b * a.H + h) * a.slots + slot) * a.splits * QK_BQ * 3;
         float m = -INFINITY;
         for (int64_t s = 0; s < a.splits; s++) m = fmaxf(m, st[(s * QK_BQ + r) * 3]);
         double l = 0.0, lt = 0.0;
@@ -398,14 +431,19 @@ cudaError_t todre_cuda_launch_qk(const struct todre_cuda_qk_args *a, todre_dtype
         a->splits > (a->K + a->split_keys - 1) / a->split_keys ||
         a->splits * a->split_keys < a->K)
         return cudaErrorInvalidValue;
-    if (tiles * a->splits > 0x7fffffff || a->H > 65535 || B > 65535)
+    if (a->slots < 1 || a->slots > tiles || a->slots * a->splits > 0x7fffffff || a->H > 65535 ||
+        B > 65535)
         return cudaErrorInvalidConfiguration;
-    dim3 grid((unsigned)(tiles * a->splits), (unsigned)a->H, (unsigned)B);
+    /* tiles before a sequence's first slot have no needed row: 0 */
+    cudaError_t err = cudaMemsetAsync(a->part, 0, (size_t)(B * a->H * tiles) * 2 * sizeof(double),
+                                      stream);
+    if (err != cudaSuccess) return err;
+    dim3 grid((unsigned)(a->slots * a->splits), (unsigned)a->H, (unsigned)B);
     size_t smem = todre_cuda_qk_smem(a->dh);
     DISPATCH_DTYPE(dt, T, k_qk<T><<<grid, QK_THREADS, smem, stream>>>(*a));
-    cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return err;
-    dim3 cgrid((unsigned)tiles, (unsigned)a->H, (unsigned)B);
+    err = cudaGetLastError();
+    if (err != cudaSuccess || a->splits == 1) return err;
+    dim3 cgrid((unsigned)a->slots, (unsigned)a->H, (unsigned)B);
     k_qk_combine<<<cgrid, QK_BQ, 0, stream>>>(*a);
     return cudaGetLastError();
 }

@@ -63,8 +63,15 @@ struct todre_cuda_qk_args {
     int64_t splits;     /* key splits per tile, >= 1, none of them empty: */
     int64_t split_keys; /* keys per split, a multiple of TODRE_CUDA_QK_KEY_TILE,
                            (splits - 1) * split_keys < K <= splits * split_keys */
-    float *rowpart;   /* [B, H, tiles, splits, TODRE_CUDA_QK_ROWS, 3] (m, l, lt) */
-    double *part;     /* [B, H, tiles, 2] numerators (T2V, V2T) */
+    int64_t slots;      /* tiles per (sequence, head) that get blocks, counted
+                           from the sequence's first tile that can hold a
+                           needed row (every needed row is at or after
+                           max(first visual, first text)); in [1, tiles],
+                           at least tiles - that first tile for every
+                           sequence */
+    float *rowpart;     /* splits > 1: [B, H, slots, splits, TODRE_CUDA_QK_ROWS, 3]
+                           (m, l, lt); unused with one split */
+    double *part;       /* [B, H, tiles, 2] numerators (T2V, V2T) */
     int *nonfinite;
 };
 
@@ -74,10 +81,11 @@ struct todre_cuda_qk_args {
 size_t todre_cuda_qk_smem(int64_t dh);
 size_t todre_cuda_qk_smem_cap(int smem_optin);
 
-/* Two launches: grid (tiles * splits, H, B) writes every row's softmax
- * state per split to a->rowpart; then grid (tiles, H, B) merges the splits
- * and writes each tile's two numerators to a->part. Needs
- * todre_cuda_relevance_kernels_init() once per device. */
+/* Zeroes a->part, then grid (slots * splits, H, B): with one split each
+ * block writes its tile's two numerators to a->part; with several, every
+ * row's softmax state per split to a->rowpart, and grid (slots, H, B) then
+ * merges the splits into a->part. Needs todre_cuda_relevance_kernels_init()
+ * once per device. */
 cudaError_t todre_cuda_launch_qk(const struct todre_cuda_qk_args *a, todre_dtype dt, int64_t B,
                                  cudaStream_t stream);
 

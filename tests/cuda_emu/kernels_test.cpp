@@ -492,9 +492,11 @@ static void test_relevance() {
     Dev<int64_t> fv_d(fv), ft_d(ft);
     const todre_cuda_rel_tables tb = {types_d.p, active_d.p, fv_d.p, ft_d.p};
 
-    // Fused Q/K kernel and its reduction: the keys in one split of 128, and
-    // in two splits of 64 (the launcher's contract: whole key tiles, every
-    // key in some split); launches that would leave keys out are refused.
+    // Fused Q/K kernel and its reduction: the keys in one split of 128 (the
+    // block sums its tile) and in two splits of 64 (row states merged by
+    // k_qk_combine); the launcher's contract: whole key tiles, every key in
+    // some split, at least one slot. The tile sums start at -1: the launcher
+    // zeroes them (tiles before a sequence's first needed row get no block).
     const int tiles = (Q + TODRE_CUDA_QK_ROWS - 1) / TODRE_CUDA_QK_ROWS;
     Dev<float> q_d(q), k_d(k);
     for (int splits : {1, 2}) {
@@ -512,6 +514,8 @@ static void test_relevance() {
       a.ks_b = (int64_t)Hkv * K * dh; a.ks_h = (int64_t)K * dh; a.ks_k = dh; a.ks_d = 1;
       a.scale_log2 = (float)(scale * 1.4426950408889634);
       a.tb = tb;
+      a.slots = tiles;     // every tile may get a block (the kernel skips those before
+                           // each sequence's first tile with a needed row)
       a.splits = 1;
       a.split_keys = 64;   // 64 < K = 75: a key left out
       a.rowpart = rowpart_d.p;
@@ -524,6 +528,10 @@ static void test_relevance() {
             "qk launch with an empty split is refused");
       a.splits = splits;
       a.split_keys = split_keys;
+      a.slots = 0;
+      CHECK(todre_cuda_launch_qk(&a, TODRE_DTYPE_F32, B, nullptr) == cudaErrorInvalidConfiguration,
+            "qk launch without slots is refused");
+      a.slots = tiles;
       CHECK_CUDA(todre_cuda_launch_qk(&a, TODRE_DTYPE_F32, B, nullptr));
       CHECK_CUDA(todre_cuda_launch_reduce_tiles(part_d.p, B, H, tiles, sums_d.p, nullptr));
       run_queue("q/k kernels");
