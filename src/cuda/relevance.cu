@@ -155,7 +155,8 @@ static int64_t qk_first_tile(const struct todre_relevance_common *c, int64_t b, 
     return i0 <= 0 ? 0 : i0 / TODRE_CUDA_QK_ROWS;
 }
 
-/* The fused kernel's launch shape, from the shapes and token types alone (so
+/* The fused kernel's launch shape (relevance_kernels.h), from the shapes and
+ * token types alone (so
  * the sums, whose float order follows the splits, are the same on every
  * GPU):
  *  - slots: the most tiles any active sequence has from its first tile that
@@ -169,8 +170,8 @@ static int64_t qk_first_tile(const struct todre_relevance_common *c, int64_t b, 
  *    whatever K (with one split there are none);
  *  - split_keys: the keys per split, whole key tiles, the splits together
  *    covering K. */
-static void qk_shape(const struct todre_relevance_common *c, int64_t tiles, int64_t *slots,
-                     int64_t *splits, int64_t *split_keys)
+void todre_cuda_qk_shape(const struct todre_relevance_common *c, int64_t tiles, int64_t *slots,
+                         int64_t *splits, int64_t *split_keys)
 {
     int64_t work = 0, most_tiles = 0;
     for (int64_t b = 0; b < c->B; b++) {
@@ -210,7 +211,7 @@ static todre_status qk_body(struct todre_cuda_backend *be, const struct todre_re
     CKS(stage_tables(be, c, &tb, diag));
     int64_t tiles = (c->Q + TODRE_CUDA_QK_ROWS - 1) / TODRE_CUDA_QK_ROWS;
     int64_t slots, splits, split_keys;
-    qk_shape(c, tiles, &slots, &splits, &split_keys);
+    todre_cuda_qk_shape(c, tiles, &slots, &splits, &split_keys);
     /* One buffer: the per-tile numerators, then (several splits) the per-row
      * split states. */
     size_t part_bytes = (size_t)(c->B * c->H * tiles) * 2 * sizeof(double);

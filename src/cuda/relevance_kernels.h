@@ -75,6 +75,13 @@ struct todre_cuda_qk_args {
     int *nonfinite;
 };
 
+/* The fused kernel's slots, splits and keys per split for a call with
+ * @p tiles query tiles (relevance.cu says how they are chosen). The split
+ * states it implies, B * H * slots * splits tiles of TODRE_CUDA_QK_ROWS rows
+ * (none with one split), stay under 4 * 2048 tiles (3 MiB). */
+void todre_cuda_qk_shape(const struct todre_relevance_common *c, int64_t tiles, int64_t *slots,
+                         int64_t *splits, int64_t *split_keys);
+
 /* Dynamic shared memory of the fused kernel for head size @p dh, and what it
  * may request on a device with @p smem_optin bytes of opt-in shared memory
  * per block (a larger dh is UNSUPPORTED). */

@@ -451,6 +451,66 @@ static void ref_sums(const double *A, int H, int Q, int K, const uint8_t *ty, do
     }
 }
 
+// The fused Q/K kernel's launch shape (todre_cuda_qk_shape): the splits
+// cover K in whole key tiles with none empty, and the split states stay
+// under 8192 tiles (3 MiB) for long contexts and ragged batches; the text
+// rows of [sys|vis|text] get the most splits, a question-first prefill one.
+static void check_shape(const char *what, int64_t B, int64_t H, int64_t Q, int64_t K,
+                        const std::vector<uint8_t> &types, const std::vector<uint8_t> &active,
+                        int64_t want_slots, int64_t want_splits) {
+  todre_relevance_common c = {B, H, Q, K, types.data(), active.data(), nullptr};
+  const int64_t tiles = (Q + TODRE_CUDA_QK_ROWS - 1) / TODRE_CUDA_QK_ROWS;
+  int64_t slots = -1, splits = -1, keys = -1;
+  todre_cuda_qk_shape(&c, tiles, &slots, &splits, &keys);
+  CHECK(slots >= 1 && slots <= tiles, "%s: slots %lld of %lld tiles", what, (long long)slots,
+        (long long)tiles);
+  CHECK(splits >= 1 && keys % TODRE_CUDA_QK_KEY_TILE == 0 && splits * keys >= K &&
+            (splits - 1) * keys < K,
+        "%s: %lld splits of %lld keys for K = %lld", what, (long long)splits, (long long)keys,
+        (long long)K);
+  CHECK(splits == 1 || B * H * slots * splits <= 8192, "%s: %lld split-state tiles", what,
+        (long long)(B * H * slots * splits));
+  if (want_slots >= 0)
+    CHECK(slots == want_slots, "%s: slots %lld, want %lld", what, (long long)slots,
+          (long long)want_slots);
+  if (want_splits >= 0)
+    CHECK(splits == want_splits, "%s: splits %lld, want %lld", what, (long long)splits,
+          (long long)want_splits);
+}
+
+static std::vector<uint8_t> layout(int64_t sys, int64_t txt1, int64_t vis, int64_t txt2) {
+  std::vector<uint8_t> t;
+  t.insert(t.end(), sys, 0);
+  t.insert(t.end(), txt1, 2);
+  t.insert(t.end(), vis, 1);
+  t.insert(t.end(), txt2, 2);
+  return t;
+}
+
+static void test_qk_shape() {
+  // [sys 35 | vis 2880 | text 40], 32 heads: 2 tiles hold the text rows.
+  check_shape("llava", 1, 32, 2955, 2955, layout(35, 0, 2880, 40), {1}, 2, 12);
+  // question first: every visual row is needed, one split (no states).
+  check_shape("question first", 1, 32, 3015, 3015, layout(35, 40, 2880, 60), {1}, 93, 1);
+  // a long video: 131,072 positions, 100 text rows at the end.
+  check_shape("long", 1, 32, 131072, 131072, layout(35, 0, 130937, 100), {1}, 4, -1);
+  // a chunk of it: the last 1000 queries over all keys.
+  check_shape("long chunk", 1, 32, 1000, 131072, layout(35, 0, 130937, 100), {1}, 4, -1);
+  // 64 sequences, one active (4 text tiles: 16 splits alone), 63 dropped:
+  // the states of 64 * 32 heads * 4 slots would pass the bound, one split.
+  {
+    std::vector<uint8_t> t, act(64, 0);
+    std::vector<uint8_t> one = layout(35, 0, 16249, 100);
+    for (int b = 0; b < 64; b++) t.insert(t.end(), one.begin(), one.end());
+    check_shape("one of 1", 1, 32, 16384, 16384, one, {1}, 4, 16);
+    act[5] = 1;
+    check_shape("one of 64", 64, 32, 16384, 16384, t, act, 4, 1);
+  }
+  // no needed row (text only): one slot, one split.
+  check_shape("text only", 1, 4, 100, 100, layout(0, 100, 0, 0), {1}, 1, 1);
+  printf("qk launch shapes checked\n");
+}
+
 static void test_relevance() {
   const int B = 2, H = 4, Hkv = 2, K = 75, dh = 40;
   for (int Q : {75, 20}) {
@@ -596,6 +656,7 @@ int main() {
     test_select<__half>(32, 40, 1, "f16 d32 vector");
     test_select<float>(16, 16, 1, "f32 d16 vector");
     test_nan_similarity();
+    test_qk_shape();
     test_relevance();
   }
   todre_emu_counters c;
