@@ -221,6 +221,23 @@ todre_context *tt_cpu_context(void)
     return ctx;
 }
 
+int tt_cuda_usable(void)
+{
+    int n = 0;
+    if (todre_backend_count(&n) != TODRE_OK) return 0;
+    for (int i = 0; i < n; i++) {
+        todre_backend_props p;
+        memset(&p, 0, sizeof p);
+        p.struct_size = sizeof p;
+        if (todre_backend_get_props(i, &p) != TODRE_OK || strcmp(p.name, "cuda") != 0) continue;
+        if (p.available) return 1;
+        printf("skipped: CUDA backend unavailable: %s\n", p.reason);
+        return 0;
+    }
+    printf("skipped: no CUDA backend module was found\n");
+    return 0;
+}
+
 void tt_cfg_set(todre_select_config *cfg, todre_param param, int64_t value)
 {
     tt_assert_ok(todre_select_config_set_int(cfg, param, value));

@@ -113,6 +113,9 @@ const DLTensor *tt_array_on(tt_array *a, DLDeviceType type, int32_t id);
 /* ---- library handles (assert on failure) ------------------------------------ */
 
 todre_context *tt_cpu_context(void);
+/* Whether the registry has a "cuda" backend with a usable device; if not,
+ * prints why ("skipped: ...") for the test's exit 77. */
+int tt_cuda_usable(void);
 /* A configuration with keep = k (0 = leave the ratio) and the given order. */
 todre_select_config *tt_config(todre_objective obj, todre_pivot piv, int64_t keep,
                                todre_order order);

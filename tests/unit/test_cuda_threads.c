@@ -305,26 +305,9 @@ static void test_threads_equal_serial(void **state)
     if (bad) fail_msg("concurrent results differ from serial ones (above)");
 }
 
-static int cuda_usable(void)
-{
-    int n = 0;
-    if (todre_backend_count(&n) != TODRE_OK) return 0;
-    for (int i = 0; i < n; i++) {
-        todre_backend_props p;
-        memset(&p, 0, sizeof p);
-        p.struct_size = sizeof p;
-        if (todre_backend_get_props(i, &p) != TODRE_OK || strcmp(p.name, "cuda") != 0) continue;
-        if (p.available) return 1;
-        printf("skipped: CUDA backend unavailable: %s\n", p.reason);
-        return 0;
-    }
-    printf("skipped: no CUDA backend module was found\n");
-    return 0;
-}
-
 int main(void)
 {
-    if (!cuda_usable()) return 77;
+    if (!tt_cuda_usable()) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_threads_equal_serial),
     };
