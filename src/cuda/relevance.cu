@@ -16,6 +16,19 @@ static size_t todre_dtype_bytes(todre_dtype dt) { return dt == TODRE_DTYPE_F32 ?
 
 /* ---- host side ------------------------------------------------------------------- */
 
+/* The first visual and the first text position of sequence b (K if none). */
+static void first_positions(const struct todre_relevance_common *c, int64_t b, int64_t *fv,
+                            int64_t *ft)
+{
+    *fv = c->K;
+    *ft = c->K;
+    for (int64_t j = c->K - 1; j >= 0; j--) {
+        unsigned char t = c->types[b * c->K + j];
+        if (t == TODRE_TOKEN_VISUAL) *fv = j;
+        else if (t == TODRE_TOKEN_TEXT) *ft = j;
+    }
+}
+
 /* Stage types, active flags and first-positions; return device tables. */
 static todre_status stage_tables(struct todre_cuda_backend *be,
                                  const struct todre_relevance_common *c, struct todre_cuda_rel_tables *tb,
@@ -34,15 +47,7 @@ static todre_status stage_tables(struct todre_cuda_backend *be,
     memcpy(h, c->types, tbytes);
     memcpy(h + off_active, c->active, (size_t)c->B);
     int64_t *fv = (int64_t *)(h + off_fv), *ft = (int64_t *)(h + off_ft);
-    for (int64_t b = 0; b < c->B; b++) {
-        fv[b] = c->K;
-        ft[b] = c->K;
-        for (int64_t j = c->K - 1; j >= 0; j--) {
-            unsigned char t = c->types[b * c->K + j];
-            if (t == TODRE_TOKEN_VISUAL) fv[b] = j;
-            else if (t == TODRE_TOKEN_TEXT) ft[b] = j;
-        }
-    }
+    for (int64_t b = 0; b < c->B; b++) first_positions(c, b, &fv[b], &ft[b]);
     CK(cudaMemcpyAsync(dev, h, total, cudaMemcpyHostToDevice, be->stream), "cudaMemcpyAsync (types)");
     CKS(todre_cuda_stage_release(be, slot, diag));
     tb->types = (const unsigned char *)dev;
@@ -143,12 +148,8 @@ static void qk_denominators(const struct todre_relevance_common *c, double *dt, 
  * kernels' qk_first_tile is the same rule. */
 static int64_t qk_first_tile(const struct todre_relevance_common *c, int64_t b, int64_t tiles)
 {
-    const unsigned char *ty = c->types + b * c->K;
-    int64_t fv = c->K, ft = c->K;
-    for (int64_t j = c->K - 1; j >= 0; j--) {
-        if (ty[j] == TODRE_TOKEN_VISUAL) fv = j;
-        else if (ty[j] == TODRE_TOKEN_TEXT) ft = j;
-    }
+    int64_t fv, ft;
+    first_positions(c, b, &fv, &ft);
     int64_t p0 = fv > ft ? fv : ft;
     if (p0 >= c->K) return tiles;
     int64_t i0 = p0 - (c->K - c->Q);
