@@ -5,7 +5,7 @@ and by the rule that picks a batch's speculative rows (docs/benchmarks.md,
 
     python3 bench/speculation_sim.py [--k 288 720] [--batch 4 8 12 16 24 32]
                                      [--data clustered|gaussian] [--exact 64]
-                                     [--sketches]
+                                     [--quant] [--outliers X] [--sketches]
 
 A model of src/cpu/select_greedy.c (MAX_SUM from the CLS pivot; the store
 never full): when the selected token c has no row yet, a batch is made of c
@@ -14,12 +14,15 @@ capped by the steps that can still use a row; a row is dropped once used.
 Only counts are modelled, not time: every row made costs n * d products, and
 each batch streams the n packed rows once. Rules:
 
-* exact-L (what libtodre's FMA kernels do, L = 64): the greedy simulated
-  ahead on exact similarities among c and the L untaken tokens with the
-  best current values (a pick's stored row where it has one, else its
-  similarities with the L candidates), its picks without a row first,
-  then the best current values; counts also the mini-rows made (dot
-  products of L candidates with a pick that has no row);
+* exact-L (what libtodre's FMA kernels did until session 11, L = 64): the
+  greedy simulated ahead on exact similarities among c and the L untaken
+  tokens with the best current values (a pick's stored row where it has
+  one, else its similarities with the L candidates), its picks without a
+  row first, then the best current values; counts also the mini-rows made
+  (dot products of L candidates with a pick that has no row);
+* int8-L (--quant; libtodre since session 12): the same with the mini-rows
+  estimated from the rows quantised to int8, each scaled to its largest
+  magnitude (src/cpu/select_kernels.c, quant), the stored rows exact;
 * current: the best current values (libtodre's AMX kernel, and the FMA
   kernels before the lookahead);
 * lookahead-SKETCH-r: the greedy simulated ahead on the similarities of an
@@ -62,8 +65,19 @@ def sketch_gram(X, kind, r):
     return S @ S.T
 
 
-def run(G, p, k, batch, rule, Gs=None, shift=0.0, L=64, stats=None):
-    """(rows made, batches) of one greedy run (mini-rows in stats["mini"])."""
+def quant_gram(X):
+    """Similarities of the rows quantised as the library's lookahead does:
+    q = round(x * 127 / max |x|), the products exact, times the scales."""
+    m = np.abs(X).max(axis=1, keepdims=True)
+    m[m == 0] = 1.0
+    Q = np.rint(X * (127.0 / m))
+    return (Q @ Q.T) * ((m / 127.0) @ (m / 127.0).T)
+
+
+def run(G, p, k, batch, rule, Gs=None, shift=0.0, L=64, stats=None, Ga=None):
+    """(rows made, batches) of one greedy run (mini-rows in stats["mini"]);
+    Ga: the mini-rows' similarities (default: exact, G)."""
+    Ga = G if Ga is None else Ga
     n = G.shape[0]
     acc = np.zeros(n)
     taken = np.zeros(n, bool)
@@ -77,7 +91,7 @@ def run(G, p, k, batch, rule, Gs=None, shift=0.0, L=64, stats=None):
         if not stored[c]:
             cap = min(k - 2 - t, batch - 1)
             ids = [c]
-            if rule == "exact":
+            if rule == "exact" and cap > 0:
                 free = ~taken
                 free[c] = False
                 cand = np.array([v for v in np.argsort(np.where(free, acc, np.inf),
@@ -88,7 +102,7 @@ def run(G, p, k, batch, rule, Gs=None, shift=0.0, L=64, stats=None):
                 while True:
                     if stats is not None and not stored[u]:
                         stats["mini"] = stats.get("mini", 0) + 1
-                    a = a + G[u, cand]
+                    a = a + (G[u, cand] if stored[u] else Ga[u, cand])
                     if seen.all():
                         break
                     i = int(np.argmin(np.where(seen, np.inf, a)))
@@ -132,9 +146,18 @@ def main():
                     help="candidates of the exact lookahead (none: skip it)")
     ap.add_argument("--sketches", action="store_true",
                     help="also the lookahead and shifted rules at batch 12")
+    ap.add_argument("--quant", action="store_true",
+                    help="also the exact-L rule on int8 estimates (int8-L)")
+    ap.add_argument("--outliers", type=float, default=1.0,
+                    help="scale 4 dimensions (7, 100, 2000, 3000) by this, as some "
+                         "vision towers' features have a few large ones")
     args = ap.parse_args()
     X, p = make_rows(args.data)
+    if args.outliers != 1.0:
+        X[:, [7, 100, 2000, 3000]] *= args.outliers
+        X /= np.linalg.norm(X, axis=1, keepdims=True)
     G = X @ X.T
+    Gq = quant_gram(X) if args.quant else None
     print(f"data {args.data}, n = {X.shape[0]}, d = {X.shape[1]}; rows made (per step), batches")
     for k in args.k:
         for b in args.batch:
@@ -146,6 +169,12 @@ def main():
                 name = f"exact-{L}"
                 print(f"k = {k:4d}  batch {b:2d}  {name:<22} {m:5d} ({m / (k - 1):.2f})  {nb:4d}"
                       f"  mini-rows {st.get('mini', 0)}")
+                if Gq is not None:
+                    st = {}
+                    m, nb = run(G, p, k, b, "exact", L=L, stats=st, Ga=Gq)
+                    name = f"int8-{L}"
+                    print(f"k = {k:4d}  batch {b:2d}  {name:<22} {m:5d} ({m / (k - 1):.2f})"
+                          f"  {nb:4d}  mini-rows {st.get('mini', 0)}")
         if not args.sketches:
             continue
         for kind, r in (("subset", 64), ("subset", 256), ("count", 256), ("jl", 64)):

@@ -23,10 +23,35 @@ typedef double (*todre_sel_sumsq_fn)(const void *row, int64_t d);
 /* out[i] = (float)row[i] * scale (exact when scale is 1 or a power of two). */
 typedef void (*todre_sel_widen_fn)(const void *row, int64_t d, float scale, float *out);
 
+/* The greedy's update from one row of similarities (select_greedy.c,
+ * update_row): for every v with taken[v] == 0, sim = (double)g[v] *
+ * (scale[v] * sc), then acc[v] += sim (maxmin 0: MAX_SUM) or acc[v] = 1 -
+ * sim where that is below acc[v] or NaN (maxmin 1: MAX_MIN). Returns the
+ * untaken v with the smallest sign * acc[v] below +inf, ties to the lowest
+ * v, or -1 when there is none (every untaken value is then +inf or NaN, and
+ * the caller's scan, todre_sel_argbest, decides). Each operation rounds once
+ * as written (no fused multiply-add), so every level gives the same bits. */
+typedef int64_t (*todre_sel_update_fn)(double *acc, const uint8_t *taken, const float *g,
+                                       const double *scale, double sc, int64_t n, int maxmin,
+                                       int sign);
+
+/* Row quantised to int8 for the lookahead's estimates (select_greedy.c):
+ * q[i] = round(row[i] * (127 / m)) with m = max |row[i]|, rounded to
+ * nearest even in fp32, for i < d, and q[i] = 0 for d <= i < dpad (dpad a
+ * multiple of 32). Returns m / 127 (row[i] is about that times q[i]); a
+ * zero row gives zeros and 0. The row must be finite (accepted input). */
+typedef float (*todre_sel_quant_fn)(const void *row, int64_t d, int64_t dpad, int8_t *q);
+/* sum_i a[i] * b[i] over dpad (a multiple of 32) int8 x int16 values,
+ * exactly (|b| <= 127: int32 partial sums, added in int64). */
+typedef int64_t (*todre_sel_dot8_fn)(const int8_t *a, const int16_t *b, int64_t dpad);
+
 struct todre_sel_kernels {
     todre_sel_dot_fn dot;
     todre_sel_sumsq_fn sumsq;
     todre_sel_widen_fn widen;
+    todre_sel_update_fn update;
+    todre_sel_quant_fn quant;
+    todre_sel_dot8_fn dot8;
     const char *isa; /* "avx512", "avx2", "generic" */
 };
 
