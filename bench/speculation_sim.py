@@ -14,15 +14,16 @@ capped by the steps that can still use a row; a row is dropped once used.
 Only counts are modelled, not time: every row made costs n * d products, and
 each batch streams the n packed rows once. Rules:
 
-* exact-L (what libtodre's FMA kernels did until session 11, L = 64): the
+* exact-L (what libtodre's FMA kernels do, L = 64): the
   greedy simulated ahead on exact similarities among c and the L untaken
   tokens with the best current values (a pick's stored row where it has
   one, else its similarities with the L candidates), its picks without a
   row first, then the best current values; counts also the mini-rows made
   (dot products of L candidates with a pick that has no row);
-* int8-L (--quant; libtodre since session 12): the same with the mini-rows
-  estimated from the rows quantised to int8, each scaled to its largest
-  magnitude (src/cpu/select_kernels.c, quant), the stored rows exact;
+* int8-L (--quant; tried in session 12, not kept: the quantisation cost
+  what the cheaper mini-rows saved, docs/benchmarks.md): the same with the
+  mini-rows estimated from the rows quantised to int8, each scaled to its
+  largest magnitude, the stored rows exact;
 * current: the best current values (libtodre's AMX kernel, and the FMA
   kernels before the lookahead);
 * lookahead-SKETCH-r: the greedy simulated ahead on the similarities of an
@@ -66,7 +67,7 @@ def sketch_gram(X, kind, r):
 
 
 def quant_gram(X):
-    """Similarities of the rows quantised as the library's lookahead does:
+    """Similarities of the rows quantised as the int8-L rule does:
     q = round(x * 127 / max |x|), the products exact, times the scales."""
     m = np.abs(X).max(axis=1, keepdims=True)
     m[m == 0] = 1.0

@@ -55,13 +55,11 @@ static enum todre_cpu_isa detect_hw(int *amx)
     __cpuid_count(7, 0, sub_max, b7, c7, d7);
     if (sub_max >= 1) __cpuid_count(7, 1, a71, b71, c71, d71);
     if (!all(b7, BIT(5))) return TODRE_CPU_ISA_GENERIC; /* AVX2 */
-    /* AVX-512F (EBX 16) and BW (EBX 30: word shuffles and byte products,
-     * on every AVX-512 CPU but the Xeon Phi) with the opmask, ZMM_Hi256 and
-     * Hi16_ZMM states */
-    if (!all(b7, BIT(16) | BIT(30)) || (x & 0xe0) != 0xe0) return TODRE_CPU_ISA_AVX2;
-    /* AMX: VL (EBX 31), BF16 (leaf 7.1 EAX 5), AMX-BF16
+    /* AVX-512F (EBX 16) with the opmask, ZMM_Hi256 and Hi16_ZMM states */
+    if (!all(b7, BIT(16)) || (x & 0xe0) != 0xe0) return TODRE_CPU_ISA_AVX2;
+    /* AMX: AVX-512BW (EBX 30), VL (EBX 31), BF16 (leaf 7.1 EAX 5), AMX-BF16
      * (EDX 22), AMX-TILE (EDX 24), and the XTILECFG / XTILEDATA states */
-    *amx = all(b7, BIT(31)) && all(a71, BIT(5)) && all(d7, BIT(22) | BIT(24)) &&
+    *amx = all(b7, BIT(30) | BIT(31)) && all(a71, BIT(5)) && all(d7, BIT(22) | BIT(24)) &&
            (x & 0x60000ull) == 0x60000ull;
     return TODRE_CPU_ISA_AVX512;
 }

@@ -17,9 +17,9 @@ enum todre_cpu_isa {
     TODRE_CPU_ISA_GENERIC = 0,
     /* AVX2 + FMA + F16C, with the AVX state enabled by the OS. */
     TODRE_CPU_ISA_AVX2 = 1,
-    /* + AVX-512F/BW, with the opmask / ZMM states enabled by the OS. */
+    /* + AVX-512F, with the opmask / ZMM states enabled by the OS. */
     TODRE_CPU_ISA_AVX512 = 2,
-    /* + AVX-512VL/BF16, AMX-TILE and AMX-BF16, tile state enabled by the
+    /* + AVX-512BW/VL/BF16, AMX-TILE and AMX-BF16, tile state enabled by the
      * OS and granted to the process (Linux arch_prctl). */
     TODRE_CPU_ISA_AMX = 3
 };

@@ -98,35 +98,23 @@ static int64_t update_row(struct todre_sel_seg *s, const float *g, int64_t c, in
 }
 
 /* The speculative rows of a batch on the FMA kernels: the greedy run ahead
- * on a few estimated values. The candidates are the LOOKAHEAD untaken tokens
+ * on a few exact values. The candidates are the LOOKAHEAD untaken tokens
  * other than c with the best current values; the greedy's next steps take
  * almost only from them. Their values are moved on by c's similarities with
  * them, then by those of each simulated pick in turn (from the pick's
  * stored row where it has one, else as a "mini-row": LOOKAHEAD dot products
- * of the rows quantised to int8, below), and each pick without a row joins
- * the batch. Within the candidates the simulation follows the greedy up to
- * the estimates' error; it misses where a token outside them, or a near-tie
- * the estimate ranks the other way, comes next. bench/speculation_sim.py
- * models it: rows made per step at n = 2880, k = 288, batches of 12, 1.34
- * -> 1.06 on clustered rows (26 batches instead of 32) and 1.94 -> 1.32 on
- * Gaussian ones (48 candidates: 1.09 and 1.50; 32: 1.20 and 1.69). AMX
- * keeps the best current values: its batches of 32 rows gain little from
- * the lookahead (2.06 -> 1.85 rows per step on clustered rows, none on
- * Gaussian ones) for up to 31 mini-rows each, and a first version measured
- * bf16 rows on AMX 1.15x slower with it.
- *
- * The estimates: a row scaled to its largest magnitude and rounded to int8
- * (todre_sel_quant_fn), the mini-row exact integer dot products of those.
- * The model (bench/speculation_sim.py --quant) makes as many rows with them
- * as with exact values, within 1 % (clustered rows: 305 against 304 at k =
- * 288, 723 at 720; Gaussian ones: 378 and 815; 4 dimensions 10x or 50x the
- * others: 301 against 305, 296 against 295), where rows cut to their first
- * 1024 or 2048 dimensions, or noise of 1e-3, made 10 to 50 % more. A
- * mini-row costs about a third of one on the stored rows (f16 at d = 4096:
- * 64 dot products widening both sides, 17 us, against 5.5 us), and the
- * candidates' rows are quantised once per batch by all threads. Estimates
- * choose rows only: any row is exact, so the selection does not change. */
-#define LOOKAHEAD TODRE_SEL_LOOKAHEAD
+ * of d, about 2 % of a batch row's n), and each pick without a row joins the
+ * batch. Within the candidates the simulation follows the greedy exactly;
+ * it misses only where a token outside them, or a near-tie rounded the
+ * other way, comes next. bench/speculation_sim.py models it: rows made per
+ * step at n = 2880, k = 288, batches of 12, 1.34 -> 1.06 on clustered rows
+ * (26 batches instead of 32) and 1.94 -> 1.32 on Gaussian ones (48
+ * candidates: 1.09 and 1.50; 32: 1.20 and 1.69). AMX keeps the best
+ * current values: its batches of 32 rows gain little from the lookahead
+ * (2.06 -> 1.85 rows per step on clustered rows, none on Gaussian ones)
+ * for up to 31 mini-rows each, and a first version measured bf16 rows on
+ * AMX 1.15x slower with it. */
+#define LOOKAHEAD 64
 
 /* Whether (x, v) ranks after (y, u): the worse value, ties to the higher
  * index, NaN after every number (todre_sel_better's order). */
@@ -175,39 +163,24 @@ static int best_values(const struct todre_sel_seg *s, const struct todre_sel_row
     return h;
 }
 
-/* The candidates' rows and c's (row LOOKAHEAD) as int8 into r->fma.q8,
- * their scales into qs[]: one parallel loop, the rows independent. */
-static void quantise(const struct todre_sel_seg *s, const struct todre_sel_rows *r,
-                     const int64_t *cand, int nc, int64_t c, float *qs)
-{
-    const struct todre_sel_rows_fma *f = &r->fma;
-#pragma omp parallel for num_threads(s->nthreads) schedule(static)
-    for (int i = 0; i <= nc; i++) {
-        int slot = i < nc ? i : LOOKAHEAD;
-        int64_t v = i < nc ? cand[i] : c;
-        qs[slot] = s->kern->quant(todre_sel_row(s->rows, s->dtype, s->stride, v), s->d, f->q8_ld,
-                                  f->q8 + slot * f->q8_ld);
-    }
-}
-
-/* The lookahead from c over the nc candidates cand[] (values val[], raw;
- * int8 rows and scales qs[] from quantise): appends to ids[1..] up to cap
- * picks that have no row; returns how many. Serial: a mini-row takes about
- * 5.5 us at d = 4096, a run up to cap of them. Spread over the context's
- * threads it took three barriers per pick, about 900 per call at n = 2880,
- * k = 288; on an oversubscribed machine (more runnable threads than cores,
- * e.g. several processes each with a thread per core) every barrier waits
- * for a thread the scheduler has parked, and a call took 50x longer than
- * alone (docs/benchmarks.md, "Oversubscribed CPU"). */
+/* The lookahead from c over the nc candidates cand[] (values val[], raw):
+ * appends to ids[1..] up to cap picks that have no row; returns how many.
+ * Serial: a mini-row is LOOKAHEAD dot products of d (about 17 us at d =
+ * 4096), a run up to cap of them. Spread over the context's threads it took
+ * three barriers per pick, about 900 per call at n = 2880, k = 288; on an
+ * oversubscribed machine (more runnable threads than cores, e.g. several
+ * processes each with a thread per core) every barrier waits for a thread
+ * the scheduler has parked, and a call took 50x longer than alone
+ * (docs/benchmarks.md, "Oversubscribed CPU"). */
 static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, int64_t c,
-                     int maxmin, int sign, const int64_t *cand, double *val, int nc,
-                     const float *qs, int cap, int64_t *ids)
+                     int maxmin, int sign, const int64_t *cand, double *val, int nc, int cap,
+                     int64_t *ids)
 {
-    const struct todre_sel_rows_fma *f = &r->fma;
     double sim[LOOKAHEAD];
     uint8_t picked[LOOKAHEAD] = {0};
-    int m = 0, slot = LOOKAHEAD; /* the pick's int8 row: c's, then a candidate's */
+    int m = 0;
     int64_t u = c;
+    const int64_t d = s->d;
     for (;;) {
         const double su = s->scale[u];
         if (r->slot[u] >= 0) {
@@ -215,12 +188,11 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
             for (int i = 0; i < nc; i++)
                 if (!picked[i]) sim[i] = row_sim(s, g, cand[i], su);
         } else {
-            const int8_t *q = f->q8 + slot * f->q8_ld;
-            for (int64_t j = 0; j < f->q8_ld; j++) f->q16[j] = q[j];
+            s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, u), d, 1.0f, s->w);
             for (int i = 0; i < nc; i++) {
                 if (picked[i]) continue;
-                double dot = (double)s->kern->dot8(f->q8 + i * f->q8_ld, f->q16, f->q8_ld);
-                sim[i] = dot * ((double)qs[i] * qs[slot]) * (s->scale[cand[i]] * su);
+                const void *x = todre_sel_row(s->rows, s->dtype, s->stride, cand[i]);
+                sim[i] = (double)s->kern->dot(x, s->w, d) * (s->scale[cand[i]] * su);
             }
         }
         int best = -1;
@@ -234,7 +206,6 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
         if (best < 0) break;
         picked[best] = 1;
         u = cand[best];
-        slot = best;
         if (r->slot[u] < 0) {
             ids[1 + m++] = u;
             if (m == cap) break;
@@ -253,7 +224,6 @@ static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_
 {
     int64_t ids[TODRE_SEL_AMX_BATCH], cand[LOOKAHEAD];
     double val[LOOKAHEAD];
-    float qs[LOOKAHEAD + 1];
     /* <= TODRE_SEL_AMX_BATCH - 1 (follow_plan) */
     const int cap = left < s->rows_batch - 1 ? (int)left : s->rows_batch - 1;
     int m = 0;
@@ -261,10 +231,7 @@ static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_
     if (cap > 0 && !s->rows_amx) {
         int nc = best_values(s, r, sign, &c, 1, 0, LOOKAHEAD, cand, val);
         for (int i = 0; i < nc; i++) val[i] = s->acc[cand[i]];
-        if (nc > 0) {
-            quantise(s, r, cand, nc, c, qs);
-            m = lookahead(s, r, c, maxmin, sign, cand, val, nc, qs, cap, ids);
-        }
+        if (nc > 0) m = lookahead(s, r, c, maxmin, sign, cand, val, nc, cap, ids);
     }
     if (m < cap) /* the places left: the best current values without a row */
         m += best_values(s, r, sign, ids, m + 1, 1, cap - m, ids + m + 1, val);

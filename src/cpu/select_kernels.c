@@ -86,46 +86,10 @@ static int64_t update_scalar(double *acc, const uint8_t *taken, const float *g,
     return best;
 }
 
-/* int8 quantisation (todre_sel_quant_fn), one value at a time. */
-#define SCALAR_QUANT(T)                                                          \
-    static float quant_scalar_##T(const void *row, int64_t d, int64_t dpad, int8_t *q) \
-    {                                                                            \
-        float m = 0;                                                             \
-        for (int64_t i = 0; i < d; i++) m = fmaxf(m, fabsf(ld_##T(row, i)));     \
-        memset(q, 0, (size_t)dpad);                                              \
-        if (!(m > 0)) return 0;                                                  \
-        const float inv = 127.0f / m;                                            \
-        for (int64_t i = 0; i < d; i++) q[i] = (int8_t)lrintf(ld_##T(row, i) * inv); \
-        return m / 127.0f;                                                       \
-    }
-
-SCALAR_QUANT(f32)
-SCALAR_QUANT(f16)
-SCALAR_QUANT(bf16)
-
-/* Blocks of 65536 products keep each int32 partial sum below 2^31
- * (127 * 127 * 65536 = 1.06e9). */
-#define DOT8_BLOCK 65536
-
-static int64_t dot8_scalar(const int8_t *a, const int16_t *b, int64_t dpad)
-{
-    int64_t s = 0;
-    for (int64_t i0 = 0; i0 < dpad; i0 += DOT8_BLOCK) {
-        int64_t i1 = dpad - i0 < DOT8_BLOCK ? dpad : i0 + DOT8_BLOCK;
-        int32_t t = 0;
-        for (int64_t i = i0; i < i1; i++) t += (int32_t)a[i] * b[i];
-        s += t;
-    }
-    return s;
-}
-
 static const struct todre_sel_kernels k_scalar[3] = {
-    {dot_scalar_f32, sumsq_scalar_f32, widen_scalar_f32, update_scalar, quant_scalar_f32,
-     dot8_scalar, "generic"},
-    {dot_scalar_f16, sumsq_scalar_f16, widen_scalar_f16, update_scalar, quant_scalar_f16,
-     dot8_scalar, "generic"},
-    {dot_scalar_bf16, sumsq_scalar_bf16, widen_scalar_bf16, update_scalar, quant_scalar_bf16,
-     dot8_scalar, "generic"},
+    {dot_scalar_f32, sumsq_scalar_f32, widen_scalar_f32, update_scalar, "generic"},
+    {dot_scalar_f16, sumsq_scalar_f16, widen_scalar_f16, update_scalar, "generic"},
+    {dot_scalar_bf16, sumsq_scalar_bf16, widen_scalar_bf16, update_scalar, "generic"},
 };
 
 #ifdef TODRE_SEL_X86
@@ -260,73 +224,15 @@ update_avx2(double *acc, const uint8_t *taken, const float *g, const double *sca
     return best;
 }
 
-/* int8 quantisation, 16 values per step: the largest magnitude from the
- * widened values, then x * (127 / m) rounded by VCVTPS2DQ (nearest even,
- * the default rounding mode, as lrintf) and packed with saturation (never
- * reached: |x * inv| <= 127 after rounding). */
-#define AVX2_QUANT(T)                                                            \
-    T_AVX2 static float quant_avx2_##T(const void *row, int64_t d, int64_t dpad, int8_t *q) \
-    {                                                                            \
-        const __m256 abs = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));   \
-        __m256 mx = _mm256_setzero_ps();                                         \
-        int64_t i = 0;                                                           \
-        for (; i + 8 <= d; i += 8) mx = _mm256_max_ps(mx, _mm256_and_ps(v8_##T(row, i), abs)); \
-        float lm[8], m = 0;                                                      \
-        _mm256_storeu_ps(lm, mx);                                                \
-        for (int l = 0; l < 8; l++) m = fmaxf(m, lm[l]);                         \
-        for (int64_t j = i; j < d; j++) m = fmaxf(m, fabsf(ld_##T(row, j)));     \
-        memset(q, 0, (size_t)dpad);                                              \
-        if (!(m > 0)) return 0;                                                  \
-        const float inv = 127.0f / m;                                            \
-        const __m256 vi = _mm256_set1_ps(inv);                                   \
-        for (i = 0; i + 16 <= d; i += 16) {                                      \
-            __m256i lo = _mm256_cvtps_epi32(_mm256_mul_ps(v8_##T(row, i), vi));  \
-            __m256i hi = _mm256_cvtps_epi32(_mm256_mul_ps(v8_##T(row, i + 8), vi)); \
-            __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xd8); \
-            _mm_storeu_si128((__m128i *)(q + i),                                 \
-                             _mm_packs_epi16(_mm256_castsi256_si128(w),           \
-                                             _mm256_extracti128_si256(w, 1)));    \
-        }                                                                        \
-        for (; i < d; i++) q[i] = (int8_t)lrintf(ld_##T(row, i) * inv);          \
-        return m / 127.0f;                                                       \
-    }
-
-AVX2_QUANT(f32)
-AVX2_QUANT(f16)
-AVX2_QUANT(bf16)
-
-/* 16 products per VPMADDWD (pairs summed in int32), two chains. */
-T_AVX2 static int64_t dot8_avx2(const int8_t *a, const int16_t *b, int64_t dpad)
-{
-    int64_t s = 0;
-    for (int64_t i0 = 0; i0 < dpad; i0 += DOT8_BLOCK) {
-        int64_t i1 = dpad - i0 < DOT8_BLOCK ? dpad : i0 + DOT8_BLOCK;
-        __m256i s0 = _mm256_setzero_si256(), s1 = s0;
-        for (int64_t i = i0; i < i1; i += 32) {
-            __m256i a0 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a + i)));
-            __m256i a1 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(a + i + 16)));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(a0, _mm256_loadu_si256((const __m256i *)(b + i))));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(a1, _mm256_loadu_si256((const __m256i *)(b + i + 16))));
-        }
-        __m256i t = _mm256_add_epi32(s0, s1);
-        __m128i u = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-        u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0x4e));
-        u = _mm_add_epi32(u, _mm_shuffle_epi32(u, 0xb1));
-        s += _mm_cvtsi128_si32(u);
-    }
-    return s;
-}
-
 static const struct todre_sel_kernels k_avx2[3] = {
-    {dot_avx2_f32, sumsq_avx2_f32, widen_avx2_f32, update_avx2, quant_avx2_f32, dot8_avx2, "avx2"},
-    {dot_avx2_f16, sumsq_avx2_f16, widen_avx2_f16, update_avx2, quant_avx2_f16, dot8_avx2, "avx2"},
-    {dot_avx2_bf16, sumsq_avx2_bf16, widen_avx2_bf16, update_avx2, quant_avx2_bf16, dot8_avx2,
-     "avx2"},
+    {dot_avx2_f32, sumsq_avx2_f32, widen_avx2_f32, update_avx2, "avx2"},
+    {dot_avx2_f16, sumsq_avx2_f16, widen_avx2_f16, update_avx2, "avx2"},
+    {dot_avx2_bf16, sumsq_avx2_bf16, widen_avx2_bf16, update_avx2, "avx2"},
 };
 
 /* ---- AVX-512F (16 lanes) -------------------------------------------------- */
 
-#define T_AVX512 __attribute__((target("avx512f,avx512bw,avx2,fma,f16c")))
+#define T_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
 
 T_AVX512 static inline __m512 v16_f32(const void *p, int64_t i)
 {
@@ -443,61 +349,10 @@ T_AVX512 static int64_t update_avx512(double *acc, const uint8_t *taken, const f
 }
 #undef RNE
 
-/* int8 quantisation, 16 values per step (as the AVX2 version; the pack to
- * bytes by VPMOVSDB, saturating, never reached). */
-#define AVX512_QUANT(T)                                                          \
-    T_AVX512 static float quant_avx512_##T(const void *row, int64_t d, int64_t dpad, int8_t *q) \
-    {                                                                            \
-        __m512 mx = _mm512_setzero_ps();                                         \
-        int64_t i = 0;                                                           \
-        for (; i + 16 <= d; i += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(v16_##T(row, i))); \
-        float m = _mm512_reduce_max_ps(mx);                                      \
-        for (int64_t j = i; j < d; j++) m = fmaxf(m, fabsf(ld_##T(row, j)));     \
-        memset(q, 0, (size_t)dpad);                                              \
-        if (!(m > 0)) return 0;                                                  \
-        const float inv = 127.0f / m;                                            \
-        const __m512 vi = _mm512_set1_ps(inv);                                   \
-        for (i = 0; i + 16 <= d; i += 16)                                        \
-            _mm_storeu_si128((__m128i *)(q + i),                                 \
-                             _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v16_##T(row, i), vi)))); \
-        for (; i < d; i++) q[i] = (int8_t)lrintf(ld_##T(row, i) * inv);          \
-        return m / 127.0f;                                                       \
-    }
-
-AVX512_QUANT(f32)
-AVX512_QUANT(f16)
-AVX512_QUANT(bf16)
-
-/* 32 products per VPMADDWD (AVX-512BW), two chains. */
-T_AVX512 static int64_t dot8_avx512(const int8_t *a, const int16_t *b, int64_t dpad)
-{
-    int64_t s = 0;
-    for (int64_t i0 = 0; i0 < dpad; i0 += DOT8_BLOCK) {
-        int64_t i1 = dpad - i0 < DOT8_BLOCK ? dpad : i0 + DOT8_BLOCK;
-        __m512i s0 = _mm512_setzero_si512(), s1 = s0;
-        int64_t i = i0;
-        for (; i + 64 <= i1; i += 64) {
-            __m512i a0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + i)));
-            __m512i a1 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + i + 32)));
-            s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(a0, _mm512_loadu_si512(b + i)));
-            s1 = _mm512_add_epi32(s1, _mm512_madd_epi16(a1, _mm512_loadu_si512(b + i + 32)));
-        }
-        if (i < i1) { /* dpad is a multiple of 32 */
-            __m512i a0 = _mm512_cvtepi8_epi16(_mm256_loadu_si256((const __m256i *)(a + i)));
-            s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(a0, _mm512_loadu_si512(b + i)));
-        }
-        s += _mm512_reduce_add_epi32(_mm512_add_epi32(s0, s1));
-    }
-    return s;
-}
-
 static const struct todre_sel_kernels k_avx512[3] = {
-    {dot_avx512_f32, sumsq_avx512_f32, widen_avx512_f32, update_avx512, quant_avx512_f32,
-     dot8_avx512, "avx512"},
-    {dot_avx512_f16, sumsq_avx512_f16, widen_avx512_f16, update_avx512, quant_avx512_f16,
-     dot8_avx512, "avx512"},
-    {dot_avx512_bf16, sumsq_avx512_bf16, widen_avx512_bf16, update_avx512, quant_avx512_bf16,
-     dot8_avx512, "avx512"},
+    {dot_avx512_f32, sumsq_avx512_f32, widen_avx512_f32, update_avx512, "avx512"},
+    {dot_avx512_f16, sumsq_avx512_f16, widen_avx512_f16, update_avx512, "avx512"},
+    {dot_avx512_bf16, sumsq_avx512_bf16, widen_avx512_bf16, update_avx512, "avx512"},
 };
 
 #endif /* TODRE_SEL_X86 */

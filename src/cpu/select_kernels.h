@@ -35,23 +35,11 @@ typedef int64_t (*todre_sel_update_fn)(double *acc, const uint8_t *taken, const 
                                        const double *scale, double sc, int64_t n, int maxmin,
                                        int sign);
 
-/* Row quantised to int8 for the lookahead's estimates (select_greedy.c):
- * q[i] = round(row[i] * (127 / m)) with m = max |row[i]|, rounded to
- * nearest even in fp32, for i < d, and q[i] = 0 for d <= i < dpad (dpad a
- * multiple of 32). Returns m / 127 (row[i] is about that times q[i]); a
- * zero row gives zeros and 0. The row must be finite (accepted input). */
-typedef float (*todre_sel_quant_fn)(const void *row, int64_t d, int64_t dpad, int8_t *q);
-/* sum_i a[i] * b[i] over dpad (a multiple of 32) int8 x int16 values,
- * exactly (|b| <= 127: int32 partial sums, added in int64). */
-typedef int64_t (*todre_sel_dot8_fn)(const int8_t *a, const int16_t *b, int64_t dpad);
-
 struct todre_sel_kernels {
     todre_sel_dot_fn dot;
     todre_sel_sumsq_fn sumsq;
     todre_sel_widen_fn widen;
     todre_sel_update_fn update;
-    todre_sel_quant_fn quant;
-    todre_sel_dot8_fn dot8;
     const char *isa; /* "avx512", "avx2", "generic" */
 };
 

@@ -54,15 +54,11 @@ static int64_t pad_nr(int64_t n) { return (n + NR - 1) / NR * NR; }
 
 static size_t align64(size_t x) { return (x + 63u) & ~(size_t)63u; }
 
-static int64_t q8_ld(int64_t d) { return (d + 31) / 32 * 32; }
-
-/* Slot B: packed columns | the batch | the lookahead's int8 rows and their
- * int16 operand. */
+/* Slot B: packed columns | the batch. */
 static size_t pack_bytes(int64_t n, int64_t d, todre_dtype dt)
 {
     return align64((size_t)pad_nr(n) * (size_t)d * (size_t)esize(dt)) +
-           align64((size_t)AROWS * (size_t)d * sizeof(float)) +
-           (size_t)(TODRE_SEL_LOOKAHEAD + 1 + 2) * (size_t)q8_ld(d);
+           (size_t)AROWS * (size_t)d * sizeof(float);
 }
 
 /* Slot C: the store [slots x npad] | batch output [AROWS x npad] | slot [n] |
@@ -417,9 +413,6 @@ static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, 
     f->pass = 0;
     f->cols = b;
     f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
-    f->q8 = (int8_t *)((char *)f->a + align64((size_t)AROWS * (size_t)s->d * sizeof(float)));
-    f->q8_ld = q8_ld(s->d);
-    f->q16 = (int16_t *)(f->q8 + (TODRE_SEL_LOOKAHEAD + 1) * f->q8_ld);
     set_kernel(f);
     pack_cols(s, f);
 }

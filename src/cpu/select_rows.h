@@ -35,9 +35,6 @@
  * docs/benchmarks.md). At most TODRE_SEL_AMX_BATCH. */
 #define TODRE_SEL_ROWS_BATCH 12
 #define TODRE_SEL_ROWS_AROWS 36 /* batch rows packed: TODRE_SEL_AMX_BATCH rounded up to MR */
-/* Candidates of the lookahead that chooses a batch (select_greedy.c), whose
- * rows it quantises to int8 (todre_sel_rows_fma.q8). */
-#define TODRE_SEL_LOOKAHEAD 64
 
 struct todre_sel_seg;
 struct todre_sel_rows;
@@ -56,11 +53,6 @@ struct todre_sel_rows_fma {
     todre_sel_rows_micro_fn micro; /* the kernel for dtype at this level */
     int mr;            /* batch rows per call of micro */
     int perm;          /* panel columns stored in col_at's order (select_rows.c) */
-    /* The lookahead's rows as int8 (todre_sel_quant_fn): TODRE_SEL_LOOKAHEAD
-     * candidates and the selected token, q8_ld (d rounded up to 32) apart */
-    int8_t *q8;
-    int64_t q8_ld;
-    int16_t *q16; /* [q8_ld]: one of them widened, a mini-row's other operand */
 };
 
 /* Whether the FMA ROWS kernels serve this process (AVX2 or AVX-512 level). */

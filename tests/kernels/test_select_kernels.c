@@ -5,20 +5,13 @@
  * and runs it once per level the machine has ($TODRE_CPU_ISA); the level
  * in use is printed.
  *
- * 1. update (the greedy's step from a row of similarities, MAX_SUM and
- *    MAX_MIN, sign +1 and -1): every acc value bitwise equal to one
- *    rounding per operation, and the returned index the untaken token with
- *    the smallest sign * acc below +inf, ties to the lowest index, -1 when
- *    none; with ties, NaN and infinite values, all or no tokens taken, and
- *    n across the vector widths and their tails.
- * 2. quant (rows to int8 for the lookahead's estimates), f32 / f16 / bf16:
- *    the largest magnitude m, q = round-to-nearest-even(x * (127 / m)) in
- *    fp32, zero padding to dpad, the scale m / 127; and, independently of
- *    that formula, |x - scale * q| within half a step; zero rows, one
- *    outlier, f16 subnormals, d across the widths.
- * 3. dot8 (int8 x int16): the exact integer sum, also past 2^31 (int32
- *    partial sums must be added in int64) and across its 65536-value
- *    blocks. */
+ * update, the greedy's step from a row of similarities (MAX_SUM and
+ * MAX_MIN, sign +1 and -1): every acc value bitwise equal to one rounding
+ * per operation, and the returned index the untaken token with the
+ * smallest sign * acc below +inf, ties to the lowest index, -1 when none;
+ * with ties, NaN and infinite values, all or no tokens taken, and n across
+ * the vector widths and their tails. (dot, sumsq and widen are checked
+ * through every selection test at every level.) */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -32,7 +25,6 @@
 
 #include "cpu/cpu_isa.h"
 #include "cpu/select_kernels.h"
-#include "half.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -48,8 +40,6 @@ static uint64_t rnd(void)
 static double unif(void) { return (double)(rnd() >> 11) / 4503599627370496.0 - 1.0; }
 
 static int same_bits(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
-
-/* ---- 1. update --------------------------------------------------------- */
 
 static int64_t ref_update(double *acc, const uint8_t *taken, const float *g,
                           const double *scale, double sc, int64_t n, int maxmin, int sign)
@@ -160,120 +150,12 @@ static void test_update_ties(void **state)
     }
 }
 
-/* ---- 2. quant ---------------------------------------------------------- */
-
-static void store(void *row, todre_dtype dt, int64_t i, float x)
-{
-    if (dt == TODRE_DTYPE_F32) ((float *)row)[i] = x;
-    else if (dt == TODRE_DTYPE_F16) ((uint16_t *)row)[i] = todre_f32_to_f16(x);
-    else ((uint16_t *)row)[i] = todre_f32_to_bf16(x);
-}
-
-static float load(const void *row, todre_dtype dt, int64_t i)
-{
-    if (dt == TODRE_DTYPE_F32) return ((const float *)row)[i];
-    uint16_t h = ((const uint16_t *)row)[i];
-    return dt == TODRE_DTYPE_F16 ? todre_f16_to_f32(h) : todre_bf16_to_f32(h);
-}
-
-/* kinds: 0 random, 1 zero row, 2 one outlier 1000x, 3 f16 subnormal range,
- * 4 all equal negative */
-static void check_quant(todre_dtype dt, int64_t d, int kind)
-{
-    const struct todre_sel_kernels *k = todre_sel_kernels_for(dt);
-    int64_t dpad = (d + 31) / 32 * 32;
-    void *row = malloc((size_t)d * 4);
-    int8_t *q = malloc((size_t)dpad + 64);
-    assert_non_null(row);
-    assert_non_null(q);
-    for (int64_t i = 0; i < d; i++) {
-        float x = (float)unif();
-        if (kind == 1) x = 0;
-        if (kind == 2) x = i == d / 2 ? 1000.0f : x;
-        if (kind == 3) x *= 1e-5f;
-        if (kind == 4) x = -0.375f;
-        store(row, dt, i, x);
-    }
-    memset(q, 0x5a, (size_t)dpad + 64);
-    float scale = k->quant(row, d, dpad, q);
-    double m = 0;
-    for (int64_t i = 0; i < d; i++) m = fmax(m, fabs((double)load(row, dt, i)));
-    if (m == 0) {
-        assert_true(scale == 0.0f);
-        for (int64_t i = 0; i < dpad; i++) assert_int_equal(q[i], 0);
-    } else {
-        const float inv = 127.0f / (float)m;
-        assert_true(scale == (float)m / 127.0f);
-        for (int64_t i = 0; i < d; i++) {
-            float p = load(row, dt, i) * inv;
-            int want = (int)rintf(p);
-            if (q[i] != want)
-                fail_msg("quant dtype %d d %lld kind %d: q[%lld] = %d, want %d (x * inv = %.9g)",
-                         (int)dt, (long long)d, kind, (long long)i, q[i], want, (double)p);
-            /* the estimate's error: at most half a step (and a rounding) */
-            double err = fabs((double)load(row, dt, i) - (double)scale * q[i]);
-            assert_true(err <= 0.5 * (double)scale * (1 + 1e-6) + 1e-30);
-        }
-        for (int64_t i = d; i < dpad; i++) assert_int_equal(q[i], 0);
-    }
-    for (int64_t i = dpad; i < dpad + 64; i++) assert_int_equal((uint8_t)q[i], 0x5a);
-    free(row);
-    free(q);
-}
-
-static void test_quant(void **state)
-{
-    (void)state;
-    const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
-    const int64_t ds[] = {1, 7, 8, 15, 16, 17, 31, 32, 33, 300, 4096};
-    for (int t = 0; t < 3; t++)
-        for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++)
-            for (int kind = 0; kind < 5; kind++)
-                for (int rep = 0; rep < 3; rep++) check_quant(dts[t], ds[i], kind);
-}
-
-/* ---- 3. dot8 ----------------------------------------------------------- */
-
-static void check_dot8(int64_t dpad, int extreme)
-{
-    const struct todre_sel_kernels *k = todre_sel_kernels_for(TODRE_DTYPE_F16);
-    int8_t *a = malloc((size_t)dpad);
-    int16_t *b = malloc((size_t)dpad * sizeof(int16_t));
-    assert_non_null(a);
-    assert_non_null(b);
-    int64_t want = 0;
-    for (int64_t i = 0; i < dpad; i++) {
-        a[i] = extreme ? 127 : (int8_t)((int)(rnd() % 255) - 127);
-        b[i] = (int16_t)(extreme ? (extreme > 0 ? 127 : -127) : (int)(rnd() % 255) - 127);
-        want += (int64_t)a[i] * b[i];
-    }
-    int64_t got = k->dot8(a, b, dpad);
-    if (got != want)
-        fail_msg("dot8 dpad %lld extreme %d: %lld, want %lld", (long long)dpad, extreme,
-                 (long long)got, (long long)want);
-    free(a);
-    free(b);
-}
-
-static void test_dot8(void **state)
-{
-    (void)state;
-    const int64_t ds[] = {32, 64, 96, 128, 4096, 65536 - 32, 65536, 65536 + 32, 200000};
-    for (size_t i = 0; i < sizeof ds / sizeof ds[0]; i++) {
-        check_dot8(ds[i], 0);
-        check_dot8(ds[i], 1);
-        check_dot8(ds[i], -1);
-    }
-}
-
 int main(void)
 {
     printf("# level: %s\n", todre_sel_kernels_for(TODRE_DTYPE_F32)->isa);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_update),
         cmocka_unit_test(test_update_ties),
-        cmocka_unit_test(test_quant),
-        cmocka_unit_test(test_dot8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
