@@ -61,6 +61,16 @@ SCALAR_KERNELS(f32)
 SCALAR_KERNELS(f16)
 SCALAR_KERNELS(bf16)
 
+#define SCALAR_DOT4(T)                                                           \
+    static void dot4_scalar_##T(const void *const *rows, const float *w, int64_t d, float *out) \
+    {                                                                            \
+        for (int j = 0; j < 4; j++) out[j] = dot_scalar_##T(rows[j], w, d);      \
+    }
+
+SCALAR_DOT4(f32)
+SCALAR_DOT4(f16)
+SCALAR_DOT4(bf16)
+
 /* The update, one value at a time: the definition the vector versions
  * follow bit for bit (todre_sel_update_fn). */
 static int64_t update_scalar(double *acc, const uint8_t *taken, const float *g,
@@ -87,9 +97,9 @@ static int64_t update_scalar(double *acc, const uint8_t *taken, const float *g,
 }
 
 static const struct todre_sel_kernels k_scalar[3] = {
-    {dot_scalar_f32, sumsq_scalar_f32, widen_scalar_f32, update_scalar, "generic"},
-    {dot_scalar_f16, sumsq_scalar_f16, widen_scalar_f16, update_scalar, "generic"},
-    {dot_scalar_bf16, sumsq_scalar_bf16, widen_scalar_bf16, update_scalar, "generic"},
+    {dot_scalar_f32, dot4_scalar_f32, sumsq_scalar_f32, widen_scalar_f32, update_scalar, "generic"},
+    {dot_scalar_f16, dot4_scalar_f16, sumsq_scalar_f16, widen_scalar_f16, update_scalar, "generic"},
+    {dot_scalar_bf16, dot4_scalar_bf16, sumsq_scalar_bf16, widen_scalar_bf16, update_scalar, "generic"},
 };
 
 #ifdef TODRE_SEL_X86
@@ -171,6 +181,40 @@ AVX2_KERNELS(f32)
 AVX2_KERNELS(f16)
 AVX2_KERNELS(bf16)
 
+/* Four dot products at once (the lookahead's mini-rows, select_greedy.c):
+ * per row the chains, steps and tails of dot_avx2 (so the same bits), w
+ * loaded once for the four; 4 x 4 accumulators. A mini-row of 64 f16 rows
+ * of d = 4096 took 30 % less time than 64 single dot products. */
+#define AVX2_DOT4(T)                                                             \
+    T_AVX2 static void dot4_avx2_##T(const void *const *rows, const float *w, int64_t d, \
+                                     float *out)                                 \
+    {                                                                            \
+        __m256 a[4][4];                                                          \
+        for (int j = 0; j < 4; j++)                                              \
+            for (int c = 0; c < 4; c++) a[j][c] = _mm256_setzero_ps();           \
+        int64_t i = 0;                                                           \
+        for (; i + 32 <= d; i += 32)                                             \
+            for (int c = 0; c < 4; c++) {                                        \
+                __m256 wc = _mm256_loadu_ps(w + i + 8 * c);                      \
+                for (int j = 0; j < 4; j++)                                      \
+                    a[j][c] = _mm256_fmadd_ps(v8_##T(rows[j], i + 8 * c), wc, a[j][c]); \
+            }                                                                    \
+        for (; i + 8 <= d; i += 8) {                                             \
+            __m256 wc = _mm256_loadu_ps(w + i);                                  \
+            for (int j = 0; j < 4; j++) a[j][0] = _mm256_fmadd_ps(v8_##T(rows[j], i), wc, a[j][0]); \
+        }                                                                        \
+        for (int j = 0; j < 4; j++) {                                            \
+            float s = hsum8(_mm256_add_ps(_mm256_add_ps(a[j][0], a[j][1]),        \
+                                          _mm256_add_ps(a[j][2], a[j][3])));      \
+            for (int64_t k = i; k < d; k++) s += ld_##T(rows[j], k) * w[k];      \
+            out[j] = s;                                                          \
+        }                                                                        \
+    }
+
+AVX2_DOT4(f32)
+AVX2_DOT4(f16)
+AVX2_DOT4(bf16)
+
 /* The update, 4 values per step. Compiled without FMA (a fused multiply-add
  * would round once where update_scalar rounds twice); the lanes keep each
  * its own best (strict <, so its lowest index), merged at the end and then
@@ -225,9 +269,9 @@ update_avx2(double *acc, const uint8_t *taken, const float *g, const double *sca
 }
 
 static const struct todre_sel_kernels k_avx2[3] = {
-    {dot_avx2_f32, sumsq_avx2_f32, widen_avx2_f32, update_avx2, "avx2"},
-    {dot_avx2_f16, sumsq_avx2_f16, widen_avx2_f16, update_avx2, "avx2"},
-    {dot_avx2_bf16, sumsq_avx2_bf16, widen_avx2_bf16, update_avx2, "avx2"},
+    {dot_avx2_f32, dot4_avx2_f32, sumsq_avx2_f32, widen_avx2_f32, update_avx2, "avx2"},
+    {dot_avx2_f16, dot4_avx2_f16, sumsq_avx2_f16, widen_avx2_f16, update_avx2, "avx2"},
+    {dot_avx2_bf16, dot4_avx2_bf16, sumsq_avx2_bf16, widen_avx2_bf16, update_avx2, "avx2"},
 };
 
 /* ---- AVX-512F (16 lanes) -------------------------------------------------- */
@@ -296,6 +340,38 @@ AVX512_KERNELS(f32)
 AVX512_KERNELS(f16)
 AVX512_KERNELS(bf16)
 
+/* Four dot products at once, as dot4_avx2 (the chains, steps and tails of
+ * dot_avx512). */
+#define AVX512_DOT4(T)                                                           \
+    T_AVX512 static void dot4_avx512_##T(const void *const *rows, const float *w, int64_t d, \
+                                         float *out)                             \
+    {                                                                            \
+        __m512 a[4][4];                                                          \
+        for (int j = 0; j < 4; j++)                                              \
+            for (int c = 0; c < 4; c++) a[j][c] = _mm512_setzero_ps();           \
+        int64_t i = 0;                                                           \
+        for (; i + 64 <= d; i += 64)                                             \
+            for (int c = 0; c < 4; c++) {                                        \
+                __m512 wc = _mm512_loadu_ps(w + i + 16 * c);                     \
+                for (int j = 0; j < 4; j++)                                      \
+                    a[j][c] = _mm512_fmadd_ps(v16_##T(rows[j], i + 16 * c), wc, a[j][c]); \
+            }                                                                    \
+        for (; i + 16 <= d; i += 16) {                                           \
+            __m512 wc = _mm512_loadu_ps(w + i);                                  \
+            for (int j = 0; j < 4; j++) a[j][0] = _mm512_fmadd_ps(v16_##T(rows[j], i), wc, a[j][0]); \
+        }                                                                        \
+        for (int j = 0; j < 4; j++) {                                            \
+            float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[j][0], a[j][1]), \
+                                                         _mm512_add_ps(a[j][2], a[j][3]))); \
+            for (int64_t k = i; k < d; k++) s += ld_##T(rows[j], k) * w[k];      \
+            out[j] = s;                                                          \
+        }                                                                        \
+    }
+
+AVX512_DOT4(f32)
+AVX512_DOT4(f16)
+AVX512_DOT4(bf16)
+
 /* The update, 8 values per step, the tail masked. AVX-512F has fused
  * multiply-adds, which a compiler may form from a multiply and an add: the
  * arithmetic goes through the explicit-rounding forms, which it leaves as
@@ -350,9 +426,9 @@ T_AVX512 static int64_t update_avx512(double *acc, const uint8_t *taken, const f
 #undef RNE
 
 static const struct todre_sel_kernels k_avx512[3] = {
-    {dot_avx512_f32, sumsq_avx512_f32, widen_avx512_f32, update_avx512, "avx512"},
-    {dot_avx512_f16, sumsq_avx512_f16, widen_avx512_f16, update_avx512, "avx512"},
-    {dot_avx512_bf16, sumsq_avx512_bf16, widen_avx512_bf16, update_avx512, "avx512"},
+    {dot_avx512_f32, dot4_avx512_f32, sumsq_avx512_f32, widen_avx512_f32, update_avx512, "avx512"},
+    {dot_avx512_f16, dot4_avx512_f16, sumsq_avx512_f16, widen_avx512_f16, update_avx512, "avx512"},
+    {dot_avx512_bf16, dot4_avx512_bf16, sumsq_avx512_bf16, widen_avx512_bf16, update_avx512, "avx512"},
 };
 
 #endif /* TODRE_SEL_X86 */

@@ -17,6 +17,10 @@
 
 /* sum_i row[i] * w[i] over d elements, fp32 accumulation. */
 typedef float (*todre_sel_dot_fn)(const void *row, const float *w, int64_t d);
+/* out[j] = dot(rows[j], w, d) for j < 4, each bitwise what the level's dot
+ * gives (the same order of accumulation), w read once for the four. */
+typedef void (*todre_sel_dot4_fn)(const void *const *rows, const float *w, int64_t d,
+                                  float *out);
 /* sum_i row[i]^2 in fp64 (Inf or NaN when the row holds a non-finite value:
  * squares of finite f32 values cannot overflow fp64 over any realistic d). */
 typedef double (*todre_sel_sumsq_fn)(const void *row, int64_t d);
@@ -37,6 +41,7 @@ typedef int64_t (*todre_sel_update_fn)(double *acc, const uint8_t *taken, const 
 
 struct todre_sel_kernels {
     todre_sel_dot_fn dot;
+    todre_sel_dot4_fn dot4;
     todre_sel_sumsq_fn sumsq;
     todre_sel_widen_fn widen;
     todre_sel_update_fn update;

@@ -10,8 +10,10 @@
  * per operation, and the returned index the untaken token with the
  * smallest sign * acc below +inf, ties to the lowest index, -1 when none;
  * with ties, NaN and infinite values, all or no tokens taken, and n across
- * the vector widths and their tails. (dot, sumsq and widen are checked
- * through every selection test at every level.) */
+ * the vector widths and their tails. dot4 (the lookahead's four dot
+ * products at once): bitwise four calls of dot, and dot within fp32
+ * accumulation of a float64 reference. (dot, sumsq and widen are also
+ * checked through every selection test at every level.) */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +27,7 @@
 
 #include "cpu/cpu_isa.h"
 #include "cpu/select_kernels.h"
+#include "half.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
@@ -150,12 +153,64 @@ static void test_update_ties(void **state)
     }
 }
 
+/* dot4 = four calls of dot, bitwise, for every dtype and d across the
+ * vector widths and their tails; and dot itself within fp32 accumulation
+ * of the exact products (float64 reference). */
+static void test_dot4(void **state)
+{
+    (void)state;
+    const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
+    const int64_t ds[] = {1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 300, 4096};
+    for (int t = 0; t < 3; t++) {
+        const struct todre_sel_kernels *k = todre_sel_kernels_for(dts[t]);
+        const size_t es = dts[t] == TODRE_DTYPE_F32 ? 4 : 2;
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+            const int64_t d = ds[di];
+            void *rows[4];
+            const void *crow[4];
+            float *w = malloc((size_t)d * sizeof(float)), got[4];
+            assert_non_null(w);
+            for (int64_t i = 0; i < d; i++) w[i] = (float)unif();
+            for (int j = 0; j < 4; j++) {
+                rows[j] = malloc((size_t)d * es);
+                assert_non_null(rows[j]);
+                for (int64_t i = 0; i < d; i++) {
+                    float x = (float)unif();
+                    if (es == 4) ((float *)rows[j])[i] = x;
+                    else if (dts[t] == TODRE_DTYPE_F16) ((uint16_t *)rows[j])[i] = todre_f32_to_f16(x);
+                    else ((uint16_t *)rows[j])[i] = todre_f32_to_bf16(x);
+                }
+                crow[j] = rows[j];
+            }
+            k->dot4(crow, w, d, got);
+            for (int j = 0; j < 4; j++) {
+                float one = k->dot(rows[j], w, d);
+                if (memcmp(&one, &got[j], sizeof one) != 0)
+                    fail_msg("dot4 dtype %d d %lld row %d: %a, dot gives %a", (int)dts[t],
+                             (long long)d, j, (double)got[j], (double)one);
+                double ref = 0, mag = 0;
+                for (int64_t i = 0; i < d; i++) {
+                    double x = es == 4 ? ((float *)rows[j])[i]
+                               : dts[t] == TODRE_DTYPE_F16 ? todre_f16_to_f32(((uint16_t *)rows[j])[i])
+                                                           : todre_bf16_to_f32(((uint16_t *)rows[j])[i]);
+                    ref += x * w[i];
+                    mag += fabs(x * w[i]);
+                }
+                assert_true(fabs((double)one - ref) <= (double)d * 1.2e-7 * mag + 1e-30);
+            }
+            for (int j = 0; j < 4; j++) free(rows[j]);
+            free(w);
+        }
+    }
+}
+
 int main(void)
 {
     printf("# level: %s\n", todre_sel_kernels_for(TODRE_DTYPE_F32)->isa);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_update),
         cmocka_unit_test(test_update_ties),
+        cmocka_unit_test(test_dot4),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
