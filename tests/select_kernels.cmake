@@ -1,20 +1,10 @@
 # The CPU stage-1 row kernels (src/cpu/select_kernels.c) at each ISA level
 # this machine has, against the references in
-# tests/kernels/test_select_kernels.c: unit.select_kernels.<isa> caps the level with
-# $TODRE_CPU_ISA. The kernel table is internal to libtodre (hidden
+# tests/kernels/test_select_kernels.c: unit.select_kernels.<isa> caps the
+# level with $TODRE_CPU_ISA. The kernel table is internal to libtodre (hidden
 # symbols), so the program is built from the kernel sources themselves.
 # Under a second.
-if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|i.86" OR NOT CMAKE_SYSTEM_PROCESSOR)
-  set(_kisas generic avx2)
-  if(EXISTS /proc/cpuinfo)
-    file(STRINGS /proc/cpuinfo _kflags REGEX "^flags" LIMIT_COUNT 1)
-    if(_kflags MATCHES " avx512f( |$)")
-      list(APPEND _kisas avx512)
-    endif()
-  endif()
-else()
-  set(_kisas generic)
-endif()
+set(_kisas generic ${TODRE_TEST_CPU_LEVELS}) # tests/CMakeLists.txt
 add_executable(test_select_kernels ${CMAKE_CURRENT_SOURCE_DIR}/kernels/test_select_kernels.c
                ${PROJECT_SOURCE_DIR}/src/cpu/select_kernels.c ${PROJECT_SOURCE_DIR}/src/cpu/cpu_isa.c)
 target_include_directories(test_select_kernels PRIVATE ${PROJECT_SOURCE_DIR}/src

@@ -6,16 +6,7 @@
 # per run on the 2-core CI machine (scalar: about 4 s).
 if(TARGET test_select_rows_fma)
   target_compile_options(test_select_rows_fma PRIVATE ${TODRE_WARNINGS})
-  set(_isas scalar)
-  if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-    list(APPEND _isas avx2)
-    if(EXISTS /proc/cpuinfo)
-      file(STRINGS /proc/cpuinfo _flags REGEX "^flags" LIMIT_COUNT 1)
-      if(_flags MATCHES " avx512f( |$)")
-        list(APPEND _isas avx512)
-      endif()
-    endif()
-  endif()
+  set(_isas scalar ${TODRE_TEST_CPU_LEVELS}) # tests/CMakeLists.txt
   # in a TSan build (robust.cmake, included before this file), the TSan
   # environment too: scripts/test.sh's TSan stage runs the FMA levels, whose
   # greedy loop has its own OpenMP region (the lookahead, select_greedy.c)

@@ -191,21 +191,21 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
         } else {
             /* the unpicked candidates, four dot products at a time */
             s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, u), d, 1.0f, s->w);
-            int open[LOOKAHEAD], no = 0, j = 0;
+            int todo[LOOKAHEAD], nt = 0, j = 0;
             for (int i = 0; i < nc; i++)
-                if (!picked[i]) open[no++] = i;
-            for (; j + 4 <= no; j += 4) {
+                if (!picked[i]) todo[nt++] = i;
+            for (; j + 4 <= nt; j += 4) {
                 const void *x[4];
                 float dot[4];
                 for (int q = 0; q < 4; q++)
-                    x[q] = todre_sel_row(s->rows, s->dtype, s->stride, cand[open[j + q]]);
+                    x[q] = todre_sel_row(s->rows, s->dtype, s->stride, cand[todo[j + q]]);
                 s->kern->dot4(x, s->w, d, dot);
                 for (int q = 0; q < 4; q++)
-                    sim[open[j + q]] = (double)dot[q] * (s->scale[cand[open[j + q]]] * su);
+                    sim[todo[j + q]] = (double)dot[q] * (s->scale[cand[todo[j + q]]] * su);
             }
-            for (; j < no; j++) {
-                const void *x = todre_sel_row(s->rows, s->dtype, s->stride, cand[open[j]]);
-                sim[open[j]] = (double)s->kern->dot(x, s->w, d) * (s->scale[cand[open[j]]] * su);
+            for (; j < nt; j++) {
+                const void *x = todre_sel_row(s->rows, s->dtype, s->stride, cand[todo[j]]);
+                sim[todo[j]] = (double)s->kern->dot(x, s->w, d) * (s->scale[cand[todo[j]]] * su);
             }
         }
         int best = -1;
