@@ -179,6 +179,7 @@ static todre_status cpu_create(int device, struct todre_backend **out, struct to
 
 void *todre_cpu_workspace(struct todre_cpu_backend *be, enum todre_cpu_ws_slot slot, size_t bytes)
 {
+    be->ws_claim[slot] = 0;
     if (bytes == 0) bytes = 64;
     if (be->ws_size[slot] >= bytes) return be->ws[slot];
     size_t rounded = (bytes + 63u) & ~(size_t)63u;

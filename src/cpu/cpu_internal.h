@@ -21,6 +21,13 @@ struct todre_cpu_backend {
     struct todre_backend base; /* first: the core sees only this */
     void *ws[TODRE_CPU_WS_COUNT];
     size_t ws_size[TODRE_CPU_WS_COUNT];
+    /* A slot's contents kept for a later use in the same call: the number
+     * of the claim that filled it (from ws_claims, counting up), 0 once any
+     * request for the slot may have replaced them (todre_cpu_workspace
+     * clears it). Used for rows packed ahead of a set's run (slot B,
+     * select_rows.h, todre_sel_rows_fma_prepack). */
+    uint64_t ws_claim[TODRE_CPU_WS_COUNT];
+    uint64_t ws_claims;
     /* Gram matrices of fp32 / widened rows (GRAM, the ISOLATED pivot): 1 =
      * libtodre's FMA kernels (select_rows.h), where OpenBLAS runs kernels of
      * a lesser class than the CPU's (blas_class.h) or $TODRE_CPU_GRAM=fma;
@@ -29,8 +36,8 @@ struct todre_cpu_backend {
 };
 
 /* Return a 64-byte aligned buffer of at least @p bytes for @p slot (contents
- * unspecified), or NULL when the allocation fails (the caller reports
- * TODRE_ERR_OUT_OF_MEMORY). */
+ * unspecified, the slot's claim cleared), or NULL when the allocation fails
+ * (the caller reports TODRE_ERR_OUT_OF_MEMORY). */
 void *todre_cpu_workspace(struct todre_cpu_backend *be, enum todre_cpu_ws_slot slot, size_t bytes);
 
 /* Threads for the backend's own OpenMP regions in a call: params.num_threads,

@@ -39,22 +39,40 @@ int64_t todre_sel_argbest(const double *v, const uint8_t *taken, int64_t n, int 
     return best;
 }
 
-/* Inverse norms of all N rows; the first non-finite row (or N) in *bad. */
-static void row_norms(const struct todre_select_job *job, int64_t N, int nt, double *scale,
-                      int64_t *bad)
+/* Set of global row r (binary search over the set offsets). */
+static int64_t set_of(const struct todre_select_job *job, int64_t r)
+{
+    int64_t lo = 0, hi = job->nseg - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (job->seg_offsets[mid] <= r) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+/* The inverse norm from a squared norm; 0 for a zero row and for a
+ * non-finite one. */
+static inline double inv_norm(double ss)
+{
+    return !isfinite(ss) || ss <= 0 ? 0.0 : 1.0 / sqrt(ss);
+}
+
+/* Inverse norms of rows [lo, hi) but those of the sets with skip[b] (their
+ * norms come from the packing, todre_sel_rows_fma_prepack; skip may be
+ * NULL); the first non-finite row (or hi) in *bad. */
+static void row_norms(const struct todre_select_job *job, int64_t lo, int64_t hi, int nt,
+                      const uint8_t *skip, double *scale, int64_t *bad)
 {
     const struct todre_sel_kernels *k = todre_sel_kernels_for(job->emb_dtype);
-    int64_t first_bad = N;
+    int64_t first_bad = hi;
 #pragma omp parallel for num_threads(nt) schedule(static) reduction(min : first_bad)
-    for (int64_t r = 0; r < N; r++) {
-        double ss = k->sumsq(todre_sel_row(job->emb, job->emb_dtype, job->emb_row_stride, r),
-                             job->d);
-        if (!isfinite(ss)) {
-            if (r < first_bad) first_bad = r;
-            scale[r] = 0;
-        } else {
-            scale[r] = ss > 0 ? 1.0 / sqrt(ss) : 0.0;
-        }
+    for (int64_t r = lo; r < hi; r++) {
+        if (skip && skip[set_of(job, r)]) continue;
+        double ss = todre_sel_sumsq(
+            k, todre_sel_row(job->emb, job->emb_dtype, job->emb_row_stride, r), job->d);
+        if (!isfinite(ss) && r < first_bad) first_bad = r;
+        scale[r] = inv_norm(ss);
     }
     *bad = first_bad;
 }
@@ -62,47 +80,59 @@ static void row_norms(const struct todre_select_job *job, int64_t N, int nt, dou
 /* Set number and local row of global row r. */
 static void locate(const struct todre_select_job *job, int64_t r, int64_t *set, int64_t *row)
 {
-    int64_t b = 0;
-    while (b + 1 < job->nseg && job->seg_offsets[b + 1] <= r) b++;
-    *set = b;
-    *row = r - job->seg_offsets[b];
+    *set = set_of(job, r);
+    *row = r - job->seg_offsets[*set];
 }
 
-static todre_status check_finite(const struct todre_select_job *job, int64_t N, int nt,
-                                 double *scale, struct todre_diag *diag)
+static todre_status nonfinite_row(const struct todre_select_job *job, int64_t r,
+                                  struct todre_diag *diag)
 {
-    int64_t bad, set, row;
-    row_norms(job, N, nt, scale, &bad);
-    if (bad < N) {
-        locate(job, bad, &set, &row);
-        snprintf(diag->buf, diag->cap, "embeddings: non-finite value (NaN or Inf) in row %lld of set %lld",
-                 (long long)row, (long long)set);
-        return TODRE_ERR_NONFINITE;
-    }
-    if (!job->cls) return TODRE_OK;
-    struct todre_sel_seg all = {.job = job, .row0 = 0};
-    for (int64_t r = 0; r < N; r++) {
-        if (isfinite(todre_sel_cls(&all, r))) continue;
-        locate(job, r, &set, &row);
-        snprintf(diag->buf, diag->cap, "cls: non-finite value (NaN or Inf) for row %lld of set %lld",
-                 (long long)row, (long long)set);
-        return TODRE_ERR_NONFINITE;
-    }
-    return TODRE_OK;
+    int64_t set, row;
+    locate(job, r, &set, &row);
+    snprintf(diag->buf, diag->cap, "embeddings: non-finite value (NaN or Inf) in row %lld of set %lld",
+             (long long)row, (long long)set);
+    return TODRE_ERR_NONFINITE;
 }
 
-/* Slot A: scale[N] | per-set scratch sized for the largest set | the
- * outputs of all sets (selection and position order, K = sum of the k),
- * written to the caller's arrays only once every set has succeeded. */
+/* Every check but the embeddings of the sets with skip[b], whose rows the
+ * set's run checks as it packs them (select_set). A failure names the first
+ * non-finite embedding row of all sets, else the first non-finite CLS value:
+ * where one is found here, the skipped rows are checked too, so that the
+ * report is the same whichever sets were skipped. */
+static todre_status check_finite(const struct todre_select_job *job, int64_t N, int nt,
+                                 const uint8_t *skip, double *scale, struct todre_diag *diag)
+{
+    int64_t bad, cbad = N;
+    row_norms(job, 0, N, nt, skip, scale, &bad);
+    if (job->cls) {
+        struct todre_sel_seg all = {.job = job, .row0 = 0};
+        for (int64_t r = 0; r < N && cbad == N; r++)
+            if (!isfinite(todre_sel_cls(&all, r))) cbad = r;
+    }
+    if (bad == N && cbad == N) return TODRE_OK;
+    if (skip) row_norms(job, 0, N, nt, NULL, scale, &bad);
+    if (bad < N) return nonfinite_row(job, bad, diag);
+    int64_t set, row;
+    locate(job, cbad, &set, &row);
+    snprintf(diag->buf, diag->cap, "cls: non-finite value (NaN or Inf) for row %lld of set %lld",
+             (long long)row, (long long)set);
+    return TODRE_ERR_NONFINITE;
+}
+
+/* Slot A: scale[N] | a flag per set (its rows packed ahead) | per-set
+ * scratch sized for the largest set | the outputs of all sets (selection
+ * and position order, K = sum of the k), written to the caller's arrays
+ * only once every set has succeeded. */
 struct layout {
-    size_t scale, acc, near, pairs, rep, taken, sel, w, mu, res_sel, res_pos, total;
+    size_t scale, ahead, acc, near, pairs, rep, taken, sel, w, mu, res_sel, res_pos, total;
 };
 
-static struct layout plan(int64_t N, int64_t nmax, int64_t d, int64_t K)
+static struct layout plan(int64_t N, int64_t nseg, int64_t nmax, int64_t d, int64_t K)
 {
     struct layout L;
     size_t o = 0;
     L.scale = o; o = ALIGN64(o + (size_t)N * 8);
+    L.ahead = o; o = ALIGN64(o + (size_t)nseg);
     L.acc = o;   o = ALIGN64(o + (size_t)nmax * 8);
     L.near = o;  o = ALIGN64(o + (size_t)nmax * 8);
     L.pairs = o; o = ALIGN64(o + (size_t)nmax * 16);
@@ -165,6 +195,48 @@ static void stage_outputs(const struct todre_select_job *job, int64_t b, const i
         if (s->taken[i]) dst[m++] = i;
 }
 
+/* The kernel that makes a ROWS set's rows within the workspace limit, and
+ * the store it leaves (*slots). The planner's store holds two batches of
+ * the kernel it costed (less, or a kernel this process lacks, is a bug:
+ * ROWS_INVALID). Both kernels pack every row once, and the packed rows
+ * share the workspace limit with the store, which may shrink. AMX first,
+ * for the dtypes it makes rows of (TODRE_SEL_AMX_ROWS_DTYPES: bf16); where
+ * it does not fit, or the set is f16 or f32 (or the guard's fp32 copy), the
+ * FMA kernels; where they do not fit either (or would read the guard's
+ * copy, slot B), none: the set runs as GEMV, which needs no memory beyond
+ * O(n + d). */
+enum rows_kernel { ROWS_INVALID, ROWS_NONE, ROWS_AMX, ROWS_FMA };
+
+static enum rows_kernel rows_kernel(const struct todre_sel_seg *s, int64_t store_rows,
+                                    int64_t *slots)
+{
+    int64_t need = s->n < TODRE_SEL_ROWS_BATCH ? s->n : TODRE_SEL_ROWS_BATCH;
+    int amx = todre_sel_amx_usable(s->job->emb_dtype);
+    if (!(amx || todre_sel_rows_fma_usable()) || store_rows < need || store_rows > s->n ||
+        s->n > INT32_MAX)
+        return ROWS_INVALID;
+    *slots = todre_sel_amx_rows_slots(s, store_rows);
+    if (*slots) return ROWS_AMX;
+    *slots = s->f32 ? 0 : todre_sel_rows_fma_slots(s, store_rows);
+    return *slots ? ROWS_FMA : ROWS_NONE;
+}
+
+/* Whether a set's rows are packed for the FMA ROWS kernels ahead of its run,
+ * its norms taken from that pass (todre_sel_rows_fma_prepack) instead of a
+ * pass of their own: where its greedy loop makes rows on them (follow_plan,
+ * and k > 1: todre_sel_greedy) and nothing before the loop takes slot B
+ * (the ISOLATED pivot's blocked products do). Known before the norms except
+ * for guard_range's fp32 copy, which then replaces the packing (the set runs
+ * as GEMV): rows near the fp32 range only. */
+static int packs_ahead(const struct todre_sel_seg *s)
+{
+    const struct todre_select_job *job = s->job;
+    int64_t slots;
+    return job->objective != TODRE_OBJECTIVE_CLS_TOPK && s->k > 1 &&
+           job->pivot != TODRE_PIVOT_ISOLATED && s->plan->strategy == TODRE_STRATEGY_ROWS &&
+           rows_kernel(s, s->plan->store_rows, &slots) == ROWS_FMA;
+}
+
 /* The plan as this set can run it. The core chose it from the capabilities
  * (ROWS with AMX or the FMA kernels, a store of at least one batch); a plan outside them is
  * a bug. What only the set reveals is taken here: which kernel makes ROWS
@@ -184,32 +256,24 @@ static todre_status follow_plan(struct todre_sel_seg *s, struct todre_select_pla
         if (!todre_sel_gram_fits(s)) plan->strategy = TODRE_STRATEGY_GEMV;
         return TODRE_OK;
     case TODRE_STRATEGY_ROWS: {
-        /* the planner's store holds two batches of the kernel it costed */
-        int64_t need = s->n < TODRE_SEL_ROWS_BATCH ? s->n : TODRE_SEL_ROWS_BATCH;
-        int amx = todre_sel_amx_usable(s->job->emb_dtype);
-        if (!(amx || todre_sel_rows_fma_usable()) || plan->store_rows < need ||
-            plan->store_rows > s->n || s->n > INT32_MAX)
-            break;
-        /* Both kernels pack every row once, and the packed rows share the
-         * workspace limit with the store, which may shrink. AMX first, for
-         * the dtypes it makes rows of (TODRE_SEL_AMX_ROWS_DTYPES: bf16);
-         * where it does not fit, or the set is f16 or f32 (or the guard's
-         * fp32 copy), the FMA kernels;
-         * where they do not fit either (or read the guard's copy, slot B),
-         * GEMV, which needs no memory beyond O(n + d). */
-        int64_t slots = todre_sel_amx_rows_slots(s, plan->store_rows);
-        if (slots) {
+        int64_t slots;
+        switch (rows_kernel(s, plan->store_rows, &slots)) {
+        case ROWS_AMX:
             s->rows_amx = 1;
             s->rows_batch = TODRE_SEL_AMX_BATCH;
             plan->store_rows = slots;
             return TODRE_OK;
+        case ROWS_FMA:
+            s->rows_amx = 0;
+            s->rows_batch = TODRE_SEL_ROWS_BATCH;
+            plan->store_rows = slots;
+            return TODRE_OK;
+        case ROWS_NONE:
+            plan->strategy = TODRE_STRATEGY_GEMV, plan->store_rows = 0;
+            return TODRE_OK;
+        case ROWS_INVALID: break;
         }
-        slots = s->f32 ? 0 : todre_sel_rows_fma_slots(s, plan->store_rows);
-        s->rows_amx = 0;
-        s->rows_batch = TODRE_SEL_ROWS_BATCH;
-        if (slots) plan->store_rows = slots;
-        else plan->strategy = TODRE_STRATEGY_GEMV, plan->store_rows = 0;
-        return TODRE_OK;
+        break;
     }
     default: break;
     }
@@ -231,6 +295,47 @@ static todre_status run_set(struct todre_sel_seg *s, int64_t *sel, struct todre_
     return todre_sel_greedy(s, p, gram, sel, diag);
 }
 
+/* Set b as the CPU backend runs it, with the core's plan (copied to *plan,
+ * which follow_plan may change). */
+static struct todre_sel_seg seg_of(struct todre_cpu_backend *be, const struct todre_select_job *job,
+                                   int64_t b, char *ws, const struct layout *L, int nt,
+                                   struct todre_select_plan *plan)
+{
+    int64_t r0 = job->seg_offsets[b];
+    *plan = job->seg_plan[b];
+    struct todre_sel_seg s = {
+        .index = b, .row0 = r0, .n = job->seg_offsets[b + 1] - r0, .d = job->d,
+        .k = job->seg_k[b],
+        .rows = todre_sel_row(job->emb, job->emb_dtype, job->emb_row_stride, r0),
+        .dtype = job->emb_dtype, .stride = job->emb_row_stride,
+        .kern = todre_sel_kernels_for(job->emb_dtype), .scale = (double *)(ws + L->scale) + r0,
+        .acc = (double *)(ws + L->acc), .rep_buf = (int64_t *)(ws + L->rep),
+        .taken = (uint8_t *)(ws + L->taken), .w = (float *)(ws + L->w),
+        .mu = (double *)(ws + L->mu), .near = (double *)(ws + L->near),
+        .pairs = ws + L->pairs, .be = be, .job = job, .plan = plan, .nthreads = nt,
+    };
+    return s;
+}
+
+/* The norms of a set whose rows are packed ahead (packs_ahead), from the
+ * packing; where slot B cannot be allocated, from a pass of their own.
+ * check_finite found every other row and CLS value finite, so a non-finite
+ * row here is the first of the call. */
+static todre_status pack_ahead(struct todre_sel_seg *s, double *scale, struct todre_diag *diag)
+{
+    const struct todre_select_job *job = s->job;
+    int64_t bad = s->row0 + s->n;
+    if (todre_sel_rows_fma_prepack(s, scale)) {
+        for (int64_t i = s->n - 1; i >= 0; i--) {
+            if (!isfinite(scale[i])) bad = s->row0 + i;
+            scale[i] = inv_norm(scale[i]);
+        }
+    } else {
+        row_norms(job, s->row0, s->row0 + s->n, s->nthreads, NULL, scale - s->row0, &bad);
+    }
+    return bad < s->row0 + s->n ? nonfinite_row(job, bad, diag) : TODRE_OK;
+}
+
 todre_status todre_cpu_select(struct todre_backend *base, const struct todre_select_job *job,
                               struct todre_diag *diag)
 {
@@ -242,32 +347,31 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
         if (n > nmax) nmax = n;
     }
     const int64_t K = job->out_offsets[job->nseg];
-    struct layout L = plan(N, nmax, job->d, K);
+    struct layout L = plan(N, job->nseg, nmax, job->d, K);
     char *ws = todre_cpu_workspace(be, TODRE_CPU_WS_SELECT_A, L.total);
     if (!ws) {
         snprintf(diag->buf, diag->cap, "workspace: cannot allocate %zu bytes", L.total);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
     double *scale = (double *)(ws + L.scale);
-    todre_status st = check_finite(job, N, nt, scale, diag);
+    uint8_t *ahead = (uint8_t *)(ws + L.ahead);
+    int any = 0;
+    for (int64_t b = 0; b < job->nseg; b++) {
+        struct todre_select_plan plan;
+        struct todre_sel_seg s = seg_of(be, job, b, ws, &L, nt, &plan);
+        ahead[b] = (uint8_t)packs_ahead(&s);
+        any |= ahead[b];
+    }
+    todre_status st = check_finite(job, N, nt, any ? ahead : NULL, scale, diag);
     if (st != TODRE_OK) return st;
 
     for (int64_t b = 0; b < job->nseg; b++) {
         int64_t r0 = job->seg_offsets[b];
-        struct todre_select_plan plan = job->seg_plan[b];
-        struct todre_sel_seg s = {
-            .index = b, .row0 = r0, .n = job->seg_offsets[b + 1] - r0, .d = job->d,
-            .k = job->seg_k[b],
-            .rows = todre_sel_row(job->emb, job->emb_dtype, job->emb_row_stride, r0),
-            .dtype = job->emb_dtype, .stride = job->emb_row_stride,
-            .kern = todre_sel_kernels_for(job->emb_dtype), .scale = scale + r0,
-            .acc = (double *)(ws + L.acc), .rep_buf = (int64_t *)(ws + L.rep),
-            .taken = (uint8_t *)(ws + L.taken), .w = (float *)(ws + L.w),
-            .mu = (double *)(ws + L.mu), .near = (double *)(ws + L.near),
-            .pairs = ws + L.pairs, .be = be, .job = job, .plan = &plan, .nthreads = nt,
-        };
+        struct todre_select_plan plan;
+        struct todre_sel_seg s = seg_of(be, job, b, ws, &L, nt, &plan);
         int64_t *sel = (int64_t *)(ws + L.sel);
-        if (job->objective != TODRE_OBJECTIVE_CLS_TOPK) {
+        if (ahead[b]) st = pack_ahead(&s, scale + r0, diag);
+        if (st == TODRE_OK && job->objective != TODRE_OBJECTIVE_CLS_TOPK) {
             /* products from BLAS / AMX: copies read through their first */
             if (plan.strategy != TODRE_STRATEGY_GEMV || job->pivot == TODRE_PIVOT_ISOLATED)
                 todre_sel_find_copies(&s);

@@ -60,6 +60,10 @@ struct todre_sel_seg {
      * kernel (the greedy loop's speculative batch) */
     int rows_amx;
     int rows_batch;
+    /* Slot B's claim when select.c packed the rows for the FMA ROWS kernels
+     * ahead of the run, taking the norms from that pass
+     * (todre_sel_rows_fma_prepack), else 0 */
+    uint64_t packed;
 };
 
 /* Pivot of a MAX_SUM / MAX_MIN set (job->pivot, range applied). Computes

@@ -43,14 +43,15 @@ static inline float ld_bf16(const void *p, int64_t i) { return todre_bf16_to_f32
         for (; i < d; i++) a[0] += ld_##T(row, i) * w[i];                        \
         return (a[0] + a[1]) + (a[2] + a[3]);                                    \
     }                                                                            \
-    static double sumsq_scalar_##T(const void *row, int64_t d)                   \
+    static double sumsq_scalar_##T(const void *row, int64_t len, double *st, int last) \
     {                                                                            \
-        double s = 0;                                                            \
-        for (int64_t i = 0; i < d; i++) {                                        \
+        double s = st[0];                                                        \
+        for (int64_t i = 0; i < len; i++) {                                      \
             double v = ld_##T(row, i);                                           \
             s += v * v;                                                          \
         }                                                                        \
-        return s;                                                                \
+        st[0] = s;                                                               \
+        return last ? s : 0.0;                                                   \
     }                                                                            \
     static void widen_scalar_##T(const void *row, int64_t d, float scale, float *out) \
     {                                                                            \
@@ -151,19 +152,22 @@ T_AVX2 static inline double hsum4d(__m256d v)
         for (; i < d; i++) s += ld_##T(row, i) * w[i];                           \
         return s;                                                                \
     }                                                                            \
-    T_AVX2 static double sumsq_avx2_##T(const void *row, int64_t d)              \
+    T_AVX2 static double sumsq_avx2_##T(const void *row, int64_t len, double *st, int last) \
     {                                                                            \
-        __m256d a0 = _mm256_setzero_pd(), a1 = a0;                               \
+        __m256d a0 = _mm256_loadu_pd(st), a1 = _mm256_loadu_pd(st + 4);         \
         int64_t i = 0;                                                           \
-        for (; i + 8 <= d; i += 8) {                                             \
+        for (; i + 8 <= len; i += 8) {                                           \
             __m256 v = v8_##T(row, i);                                           \
             __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(v));             \
             __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));           \
             a0 = _mm256_fmadd_pd(lo, lo, a0);                                    \
             a1 = _mm256_fmadd_pd(hi, hi, a1);                                    \
         }                                                                        \
+        _mm256_storeu_pd(st, a0);                                                \
+        _mm256_storeu_pd(st + 4, a1);                                            \
+        if (!last) return 0.0;                                                   \
         double s = hsum4d(_mm256_add_pd(a0, a1));                                \
-        for (; i < d; i++) {                                                     \
+        for (; i < len; i++) {                                                   \
             double v = ld_##T(row, i);                                           \
             s += v * v;                                                          \
         }                                                                        \
@@ -309,11 +313,11 @@ T_AVX512 static inline __m512 v16_bf16(const void *p, int64_t i)
         for (; i < d; i++) s += ld_##T(row, i) * w[i];                           \
         return s;                                                                \
     }                                                                            \
-    T_AVX512 static double sumsq_avx512_##T(const void *row, int64_t d)          \
+    T_AVX512 static double sumsq_avx512_##T(const void *row, int64_t len, double *st, int last) \
     {                                                                            \
-        __m512d a0 = _mm512_setzero_pd(), a1 = a0;                               \
+        __m512d a0 = _mm512_loadu_pd(st), a1 = _mm512_loadu_pd(st + 8);         \
         int64_t i = 0;                                                           \
-        for (; i + 16 <= d; i += 16) {                                           \
+        for (; i + 16 <= len; i += 16) {                                         \
             __m512 v = v16_##T(row, i);                                          \
             __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));             \
             __m512d hi = _mm512_cvtps_pd(                                        \
@@ -321,8 +325,11 @@ T_AVX512 static inline __m512 v16_bf16(const void *p, int64_t i)
             a0 = _mm512_fmadd_pd(lo, lo, a0);                                    \
             a1 = _mm512_fmadd_pd(hi, hi, a1);                                    \
         }                                                                        \
+        _mm512_storeu_pd(st, a0);                                                \
+        _mm512_storeu_pd(st + 8, a1);                                            \
+        if (!last) return 0.0;                                                   \
         double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));                  \
-        for (; i < d; i++) {                                                     \
+        for (; i < len; i++) {                                                   \
             double v = ld_##T(row, i);                                           \
             s += v * v;                                                          \
         }                                                                        \

@@ -21,9 +21,21 @@ typedef float (*todre_sel_dot_fn)(const void *row, const float *w, int64_t d);
  * gives (the same order of accumulation), w read once for the four. */
 typedef void (*todre_sel_dot4_fn)(const void *const *rows, const float *w, int64_t d,
                                   float *out);
-/* sum_i row[i]^2 in fp64 (Inf or NaN when the row holds a non-finite value:
- * squares of finite f32 values cannot overflow fp64 over any realistic d). */
-typedef double (*todre_sel_sumsq_fn)(const void *row, int64_t d);
+/* A squared norm, sum_i row[i]^2 in fp64 (Inf or NaN when the row holds a
+ * non-finite value: squares of finite f32 values cannot overflow fp64 over
+ * any realistic d), summed in parts: each call adds row[0..len) to the
+ * level's partial sums st[0..TODRE_SEL_SUMSQ_STATE) (zero before a row's
+ * first part) in the level's order of accumulation; a part's len is a
+ * multiple of TODRE_SEL_SUMSQ_PART except in the row's last part (last != 0),
+ * which also folds st into the sum it returns (the other parts return 0).
+ * st holds the vector chains between parts, so a row summed in parts, cut
+ * at any multiples of TODRE_SEL_SUMSQ_PART, gives bitwise its sum in one
+ * part (todre_sel_sumsq): the ROWS packing sums every row as it packs it,
+ * K block by K block (select_rows.c), and the other strategies' norms are
+ * the same bits. */
+typedef double (*todre_sel_sumsq_fn)(const void *row, int64_t len, double *st, int last);
+#define TODRE_SEL_SUMSQ_STATE 16 /* two chains of 8 (AVX-512) */
+#define TODRE_SEL_SUMSQ_PART 16  /* a multiple of every level's vector step */
 /* out[i] = (float)row[i] * scale (exact when scale is 1 or a power of two). */
 typedef void (*todre_sel_widen_fn)(const void *row, int64_t d, float scale, float *out);
 
@@ -50,6 +62,13 @@ struct todre_sel_kernels {
 
 /* The kernels for @p dtype (F32, F16 or BF16) at the ISA level in use. */
 const struct todre_sel_kernels *todre_sel_kernels_for(todre_dtype dtype);
+
+/* A row's squared norm in one part. */
+static inline double todre_sel_sumsq(const struct todre_sel_kernels *k, const void *row, int64_t d)
+{
+    double st[TODRE_SEL_SUMSQ_STATE] = {0};
+    return k->sumsq(row, d, st, 1);
+}
 
 /* Size in bytes of one element of a supported float dtype. */
 static inline int64_t todre_sel_elem_size(todre_dtype dt)

@@ -146,19 +146,29 @@ static inline int col_at(const struct todre_sel_rows_fma *f, int j)
 
 /* All rows into panels, as stored (no conversion): panel p, K block kb holds
  * rows [p NR, p NR + NR) x columns [kb KC, kb KC + kl) as [k][NR] (columns
- * at col_at); rows past n are zero. */
-static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f)
+ * at col_at); rows past n are zero. With ss, also every row's squared norm
+ * into ss[0..n), each row summed block by block as the block is packed
+ * (from L1, in the same pass over the rows), the parts cut at multiples of
+ * KC, so bitwise todre_sel_sumsq's (select_kernels.h). */
+_Static_assert(KC % TODRE_SEL_SUMSQ_PART == 0, "norms in parts of K blocks");
+
+static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f,
+                      double *ss)
 {
     const int64_t d = s->d, np = f->npad / NR, es = esize(f->dtype);
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
     for (int64_t p = 0; p < np; p++) {
+        double st[NR][TODRE_SEL_SUMSQ_STATE]; /* the panel's rows' partial sums */
+        const int real = s->n - p * NR < NR ? (int)(s->n - p * NR) : NR;
+        if (ss) memset(st, 0, sizeof st);
         for (int64_t kb = 0; kb * KC < d; kb++) {
             int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
             char *dst = (char *)f->cols + panel_at(d, kb, p) * es;
+            int whole = 0;
 #ifdef TODRE_ROWS_X86
             /* whole panels, in whole transposes */
             int64_t kv = kl / 8 * 8;
-            if (p * NR + NR <= s->n && kv > 0) {
+            if (real == NR && kv > 0) {
                 const void *src[NR]; /* by stored position */
                 for (int j = 0; j < NR; j++)
                     src[col_at(f, j)] = todre_sel_row(s->rows, s->dtype, s->stride, p * NR + j);
@@ -169,10 +179,10 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
                     for (int64_t kk = kv; kk < kl; kk++)
                         memcpy(dst + (kk * NR + j) * es, x + kk * es, (size_t)es);
                 }
-                continue;
+                whole = 1;
             }
 #endif
-            for (int64_t jv = 0; jv < NR; jv++) {
+            for (int64_t jv = 0; jv < NR && !whole; jv++) {
                 int64_t v = p * NR + jv, j = col_at(f, (int)jv);
                 if (v >= s->n) {
                     for (int64_t kk = 0; kk < kl; kk++) memset(dst + (kk * NR + j) * es, 0, (size_t)es);
@@ -188,6 +198,13 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
                     uint16_t *o = (uint16_t *)dst;
                     for (int64_t kk = 0; kk < kl; kk++) o[kk * NR + j] = x[kk];
                 }
+            }
+            if (!ss) continue;
+            const int last = k0 + kl == d;
+            for (int j = 0; j < real; j++) {
+                const char *x = (const char *)todre_sel_row(s->rows, s->dtype, s->stride, p * NR + j);
+                double sum = s->kern->sumsq(x + k0 * es, kl, st[j], last);
+                if (last) ss[p * NR + j] = sum;
             }
         }
     }
@@ -404,9 +421,12 @@ static void set_kernel(struct todre_sel_rows_fma *f)
     f->micro = f16 ? micro_generic_f16 : bf16 ? micro_generic_bf16 : micro_generic_f32;
 }
 
-/* The packed operands in slot B (as pack_bytes sizes it), the kernel chosen,
- * and every row packed into panels. */
-static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, char *b)
+/* The packed operands in slot B (as pack_bytes sizes it) and the kernel
+ * chosen; every row packed into panels unless @p packed (the rows are there
+ * already, todre_sel_rows_fma_prepack); with ss, the rows' squared norms
+ * from the same pass (pack_cols). */
+static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, char *b,
+                         int packed, double *ss)
 {
     f->npad = pad_nr(s->n);
     f->dtype = s->dtype;
@@ -414,7 +434,18 @@ static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, 
     f->cols = b;
     f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
     set_kernel(f);
-    pack_cols(s, f);
+    if (!packed) pack_cols(s, f, ss);
+}
+
+int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss)
+{
+    struct todre_cpu_backend *be = s->be;
+    char *b = todre_cpu_workspace(be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
+    if (!b) return 0;
+    struct todre_sel_rows_fma f;
+    set_operands(s, &f, b, 0, ss);
+    s->packed = be->ws_claim[TODRE_CPU_WS_SELECT_B] = ++be->ws_claims;
+    return 1;
 }
 
 /* out[r * npad + v] = dot(batch row r, row v) for r < count, v in the
@@ -461,6 +492,8 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
 {
     struct todre_sel_rows_fma *f = &r->fma;
     int64_t slots = s->plan->store_rows;
+    /* the rows packed ahead are still there unless slot B was taken since */
+    const int packed = s->packed && s->be->ws_claim[TODRE_CPU_WS_SELECT_B] == s->packed;
     char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
     char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, store_bytes(s->n, slots));
     if (!b || !c) {
@@ -468,7 +501,7 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
                  (long long)slots, (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
-    set_operands(s, f, b);
+    set_operands(s, f, b, packed, NULL);
     memset(&r->amx, 0, sizeof r->amx);
     size_t rows = (size_t)f->npad * (size_t)(slots + AROWS) * sizeof(float);
     todre_sel_store_init(r, c, rows, f->npad, s->n, slots);
@@ -502,7 +535,7 @@ todre_status todre_sel_gram_fma_upper(struct todre_sel_seg *s, float *g, struct 
                  (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
-    set_operands(s, &f, b);
+    set_operands(s, &f, b, 0, NULL);
     int64_t ids[AROWS];
     /* batches of AROWS rows: each B block loaded serves AROWS rows, and a
      * batch needs only the panels from its first row's on */

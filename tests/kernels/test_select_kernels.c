@@ -12,8 +12,10 @@
  * with ties, NaN and infinite values, all or no tokens taken, and n across
  * the vector widths and their tails. dot4 (the lookahead's four dot
  * products at once): bitwise four calls of dot, and dot within fp32
- * accumulation of a float64 reference. (dot, sumsq and widen are also
- * checked through every selection test at every level.) */
+ * accumulation of a float64 reference. sumsq in parts (the ROWS packing
+ * sums each row K block by K block): bitwise the sum in one part, which is
+ * within fp64 accumulation of a float64 reference. (dot, sumsq and widen
+ * are also checked through every selection test at every level.) */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -204,6 +206,76 @@ static void test_dot4(void **state)
     }
 }
 
+/* sumsq in parts: a row summed in parts cut at multiples of
+ * TODRE_SEL_SUMSQ_PART (one part, the ROWS packing's 128-long K blocks,
+ * parts of 16, and uneven cuts) gives bitwise its sum in one part, and that
+ * sum is within fp64 accumulation of a float64 reference (the squares of
+ * fp32 values are exact in fp64); non-finite values give a non-finite sum.
+ * Rows of full-precision values over 2^-3..2^3, so that the order of
+ * accumulation shows in the last bits. */
+static void test_sumsq_parts(void **state)
+{
+    (void)state;
+    const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
+    const int64_t ds[] = {1, 7, 15, 16, 17, 31, 33, 128, 129, 143, 300, 4096, 4100};
+    int checked_parts = 0;
+    for (int t = 0; t < 3; t++) {
+        const struct todre_sel_kernels *k = todre_sel_kernels_for(dts[t]);
+        const size_t es = dts[t] == TODRE_DTYPE_F32 ? 4 : 2;
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+            const int64_t d = ds[di];
+            char *row = malloc((size_t)d * es);
+            assert_non_null(row);
+            for (int rep = 0; rep < 4; rep++) {
+                double ref = 0;
+                for (int64_t i = 0; i < d; i++) {
+                    float x = ldexpf((float)unif(), (int)(rnd() % 7) - 3);
+                    if (es == 4) memcpy(row + i * 4, &x, 4);
+                    else {
+                        uint16_t h = dts[t] == TODRE_DTYPE_F16 ? todre_f32_to_f16(x) : todre_f32_to_bf16(x);
+                        memcpy(row + i * 2, &h, 2);
+                        x = dts[t] == TODRE_DTYPE_F16 ? todre_f16_to_f32(h) : todre_bf16_to_f32(h);
+                    }
+                    ref += (double)x * x;
+                }
+                double one = todre_sel_sumsq(k, row, d);
+                assert_true(fabs(one - ref) <= (double)d * 2.3e-16 * ref);
+                /* cuts: every 128, every 16, and at 16 * (1 + rep) then 48 */
+                const int64_t steps[3][2] = {{128, 128}, {16, 16}, {16 * (1 + rep), 48}};
+                for (int c = 0; c < 3; c++) {
+                    double st[TODRE_SEL_SUMSQ_STATE] = {0}, got = 0;
+                    int64_t at = 0;
+                    for (int part = 0;; part++) {
+                        int64_t len = part == 0 ? steps[c][0] : steps[c][1];
+                        int last = at + len >= d;
+                        if (last) len = d - at;
+                        got = k->sumsq(row + at * (int64_t)es, len, st, last);
+                        at += len;
+                        if (!last) assert_true(got == 0.0);
+                        else break;
+                    }
+                    if (!same_bits(got, one))
+                        fail_msg("sumsq dtype %d d %lld cut %d: %a in parts, %a in one", (int)dts[t],
+                                 (long long)d, c, got, one);
+                    checked_parts += d > steps[c][0];
+                }
+                /* a non-finite value anywhere: a non-finite sum */
+                int64_t at = (int64_t)(rnd() % (uint64_t)d);
+                if (es == 4) {
+                    float inf = INFINITY;
+                    memcpy(row + at * 4, &inf, 4);
+                } else {
+                    uint16_t h = dts[t] == TODRE_DTYPE_F16 ? 0x7e00 : 0x7fc0; /* NaN */
+                    memcpy(row + at * 2, &h, 2);
+                }
+                assert_false(isfinite(todre_sel_sumsq(k, row, d)));
+            }
+            free(row);
+        }
+    }
+    assert_true(checked_parts > 100);
+}
+
 int main(void)
 {
     printf("# level: %s\n", todre_sel_kernels_for(TODRE_DTYPE_F32)->isa);
@@ -211,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_update),
         cmocka_unit_test(test_update_ties),
         cmocka_unit_test(test_dot4),
+        cmocka_unit_test(test_sumsq_parts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -230,11 +230,148 @@ static void test_float_batch_invariant_and_valid(void **state)
     free(x32);
 }
 
+/* Rows whose order in the greedy rests on the last bits of their norms:
+ * rows 0..182 hold integers in [-3, 3] in columns [0, 140) and zeros after;
+ * rows 183..202 are ten pairs, each pair the same integers in [0, 140) plus,
+ * in a block of 8 columns of its own (columns 140 + 8 i for row 183 + i,
+ * shared with no row), 8 fp32 values of full precision in [-16, 16] (in
+ * the pair's second row in another order). Every raw dot product of two
+ * rows is then an exact integer (the private blocks meet only zeros)
+ * whatever the kernel, while a pair's squared norms, equal in exact
+ * arithmetic, are rounded in each row's own order (their squares need 48
+ * bits each), so the pair's scores differ only through those roundings.
+ * GEMV, whose norms come from a pass of their own (select.c, row_norms),
+ * and ROWS, whose norms come from the packing (todre_sel_rows_fma_prepack,
+ * K block by K block), then select the same sequence only if the two passes
+ * give the same bits. fp32 only: 16-bit values have squares of 22 or 16
+ * bits, whose sums here are exact in any order, so they would test nothing
+ * (tests/kernels/test_select_kernels.c checks the parts bitwise for every
+ * dtype). About 7 % of such pairs change order when a row's K blocks are
+ * summed apart and added (measured on the AVX2 and AVX-512 kernels). */
+static float *norm_bit_rows(uint64_t seed)
+{
+    float *x = malloc(sizeof(float) * N * LD);
+    assert_non_null(x);
+    tt_rng r = {seed};
+    for (int64_t i = 0; i < N; i++) {
+        for (int j = 0; j < LD; j++) x[i * LD + j] = j < D ? 0.0f : NAN;
+        if (i < 183 || (i - 183) % 2 == 0)
+            for (int j = 0; j < 140; j++) x[i * LD + j] = (float)((int)(tt_rng_u64(&r) % 7) - 3);
+        else
+            memcpy(x + i * LD, x + (i - 1) * LD, sizeof(float) * 140);
+    }
+    for (int pr = 0; pr < 10; pr++) {
+        float v[8];
+        for (int q = 0; q < 8; q++) {
+            float m = 1.0f + (float)(tt_rng_u64(&r) >> 41) / 8388608.0f; /* 24 bits */
+            v[q] = ldexpf(m, (int)(tt_rng_u64(&r) % 7) - 3) * (tt_rng_u64(&r) % 2 ? -1.0f : 1.0f);
+        }
+        int64_t a = 183 + 2 * pr, b = a + 1;
+        for (int q = 0; q < 8; q++) {
+            x[a * LD + 140 + 8 * (a - 183) + q] = v[q];
+            x[b * LD + 140 + 8 * (b - 183) + q] = v[(q * 3 + 5) % 8]; /* another order */
+        }
+    }
+    return x;
+}
+
+static void test_norm_bits_rows_equal_gemv(void **state)
+{
+    (void)state;
+    int64_t ref[N], sel[N];
+    for (uint64_t seed = 1; seed <= 8; seed++) {
+        float *x = norm_bit_rows(seed);
+        for (int obj = 0; obj < 2; obj++) {
+            for (int pv = 0; pv < 2; pv++) {
+                /* CENTER, FARTHEST: the pivot's scores take the norms too */
+                todre_pivot piv = pv ? TODRE_PIVOT_CENTER : TODRE_PIVOT_FARTHEST;
+                const struct run g = {GEMV, DEFAULT_LIMIT, 1};
+                const struct run runs[] = {{ROWS, DEFAULT_LIMIT, 1}, {ROWS, DEFAULT_LIMIT, 2}};
+                select_rows(x, TODRE_DTYPE_F32, (todre_objective)obj, piv, N, g, ref);
+                for (size_t v = 0; v < 2; v++) {
+                    select_rows(x, TODRE_DTYPE_F32, (todre_objective)obj, piv, N, runs[v], sel);
+                    assert_same(ref, sel, N, "norm-bit rows vs GEMV", TODRE_DTYPE_F32, obj, piv,
+                                runs[v]);
+                }
+            }
+        }
+        free(x);
+    }
+}
+
+/* A batch of three sets (rows [0, 70), [70, 140), [140, 203), 20 kept of
+ * each, the CLS pivot) with NaN / Inf placed in it: whatever the strategy,
+ * the call fails with NONFINITE naming the first non-finite embedding row
+ * of the batch, or where there is none the first non-finite CLS value, and
+ * leaves the output untouched. Under a ROWS plan on the FMA kernels the
+ * sets' norms come from packing each set's rows as the set runs
+ * (select.c, pack_ahead), after the sets before it ran: the report must not
+ * change with that. */
+static void test_nonfinite_report_in_batch(void **state)
+{
+    (void)state;
+    static const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16};
+    static const struct {
+        int64_t emb[2], cls; /* global rows, -1: none */
+        const char *want;
+    } cases[] = {
+        {{145, -1}, -1, "embeddings: non-finite value (NaN or Inf) in row 5 of set 2"},
+        {{145, -1}, 3, "embeddings: non-finite value (NaN or Inf) in row 5 of set 2"},
+        {{145, 79}, 3, "embeddings: non-finite value (NaN or Inf) in row 9 of set 1"},
+        {{12, 145}, -1, "embeddings: non-finite value (NaN or Inf) in row 12 of set 0"},
+        {{-1, -1}, 150, "cls: non-finite value (NaN or Inf) for row 10 of set 2"},
+    };
+    const int64_t offsets[4] = {0, 70, 140, N}, keep[3] = {20, 20, 20};
+    float *x32 = malloc(sizeof(float) * N * LD), cls[N];
+    assert_non_null(x32);
+    tt_fill_clustered(x32, N, D, LD, 12, 0.7, 31);
+    for (size_t di = 0; di < 2; di++) {
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            for (int64_t i = 0; i < N; i++) cls[i] = (float)((i * 37) % 101);
+            if (cases[c].cls >= 0) cls[cases[c].cls] = NAN;
+            float *y = malloc(sizeof(float) * N * LD);
+            assert_non_null(y);
+            memcpy(y, x32, sizeof(float) * N * LD);
+            for (int q = 0; q < 2; q++)
+                if (cases[c].emb[q] >= 0) y[cases[c].emb[q] * LD + 7 + 100 * q] = q ? INFINITY : NAN;
+            void *x = as_dtype(y, dts[di]);
+            for (int64_t strategy = GEMV; strategy <= ROWS; strategy += ROWS - GEMV) {
+                todre_context *ctx = tt_cpu_context();
+                tt_ctx_set(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, strategy);
+                todre_select_config *cfg = tt_config(TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 20,
+                                                     TODRE_ORDER_SELECTION);
+                int64_t out[60];
+                for (int i = 0; i < 60; i++) out[i] = -7;
+                tt_array a[5];
+                todre_status st = todre_select_batch(
+                    ctx, cfg, tt_array2(&a[0], x, dts[di], N, D, LD),
+                    tt_array1(&a[1], cls, TODRE_DTYPE_F32, N),
+                    tt_array1(&a[2], (void *)offsets, TODRE_DTYPE_I64, 4),
+                    tt_array1(&a[3], (void *)keep, TODRE_DTYPE_I64, 3),
+                    tt_array1(&a[4], out, TODRE_DTYPE_I64, 60), NULL);
+                const char *msg = todre_context_last_error(ctx);
+                if (st != TODRE_ERR_NONFINITE || !strstr(msg, cases[c].want))
+                    fail_msg("dtype %d case %zu strategy %lld: status %d, message \"%s\"; expected "
+                             "NONFINITE, \"%s\"",
+                             (int)dts[di], c, (long long)strategy, (int)st, msg, cases[c].want);
+                for (int i = 0; i < 60; i++) assert_int_equal(out[i], -7);
+                todre_select_config_destroy(cfg);
+                todre_context_destroy(ctx);
+            }
+            free(x);
+            free(y);
+        }
+    }
+    free(x32);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_exact_equals_gemv_and_gram),
         cmocka_unit_test(test_float_batch_invariant_and_valid),
+        cmocka_unit_test(test_norm_bits_rows_equal_gemv),
+        cmocka_unit_test(test_nonfinite_report_in_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
