@@ -1,10 +1,15 @@
 /* CPU stage 1, entry point: checks the data (finite), computes the inverse
  * norms of every row once, lays out the workspace, then runs each token set
  * (pivot, greedy or top-k) with the strategy of the core's plan
- * (job->seg_plan) and writes its outputs.
+ * (job->seg_plan) and writes its outputs. A set whose rows the FMA ROWS
+ * kernels will make takes its norms from packing them, at the start of its
+ * run (pack_ahead): its rows are read once before the greedy loop, not
+ * twice.
  *
  * Every check happens before any output is written, so a NONFINITE failure
- * leaves the outputs untouched. */
+ * leaves the outputs untouched; it names the first non-finite embedding row
+ * of the call, else the first non-finite CLS value, whichever sets' rows
+ * are checked as they are packed (check_finite). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
