@@ -100,7 +100,7 @@ static todre_status nonfinite_row(const struct todre_select_job *job, int64_t r,
 }
 
 /* Every check but the embeddings of the sets with skip[b], whose rows the
- * set's run checks as it packs them (select_set). A failure names the first
+ * set's run checks as it packs them (pack_ahead). A failure names the first
  * non-finite embedding row of all sets, else the first non-finite CLS value:
  * where one is found here, the skipped rows are checked too, so that the
  * report is the same whichever sets were skipped. */
