@@ -124,7 +124,7 @@ static todre_status check_finite(const struct todre_select_job *job, int64_t N, 
     return TODRE_ERR_NONFINITE;
 }
 
-/* Slot A: scale[N] | a flag per set (its rows packed ahead) | per-set
+/* Slot A: scale[N] | per set, the kernel packing it ahead (ROWS_NONE = 0) | per-set
  * scratch sized for the largest set | the outputs of all sets (selection
  * and position order, K = sum of the k), written to the caller's arrays
  * only once every set has succeeded. */
@@ -210,7 +210,8 @@ static void stage_outputs(const struct todre_select_job *job, int64_t b, const i
  * FMA kernels; where they do not fit either (or would read the guard's
  * copy, slot B), none: the set runs as GEMV, which needs no memory beyond
  * O(n + d). */
-enum rows_kernel { ROWS_INVALID, ROWS_NONE, ROWS_AMX, ROWS_FMA };
+/* ROWS_NONE is 0: a set's entry in row_norms' skip[] */
+enum rows_kernel { ROWS_NONE = 0, ROWS_INVALID, ROWS_AMX, ROWS_FMA };
 
 static enum rows_kernel rows_kernel(const struct todre_sel_seg *s, int64_t store_rows,
                                     int64_t *slots)
@@ -226,20 +227,23 @@ static enum rows_kernel rows_kernel(const struct todre_sel_seg *s, int64_t store
     return *slots ? ROWS_FMA : ROWS_NONE;
 }
 
-/* Whether a set's rows are packed for the FMA ROWS kernels ahead of its run,
- * its norms taken from that pass (todre_sel_rows_fma_prepack) instead of a
- * pass of their own: where its greedy loop makes rows on them (follow_plan,
- * and k > 1: todre_sel_greedy) and nothing before the loop takes slot B
+/* The ROWS kernel (FMA or AMX) whose packing of a set's rows is done ahead
+ * of its run, its norms taken from that pass (todre_sel_rows_fma_prepack,
+ * todre_sel_amx_rows_prepack) instead of a pass of their own, or ROWS_NONE.
+ * Ahead where its greedy loop makes rows on that kernel (follow_plan, and
+ * k > 1: todre_sel_greedy) and nothing before the loop takes slot B
  * (the ISOLATED pivot's blocked products do). Known before the norms except
  * for guard_range's fp32 copy, which then replaces the packing (the set runs
  * as GEMV): rows near the fp32 range only. */
-static int packs_ahead(const struct todre_sel_seg *s)
+static enum rows_kernel packs_ahead(const struct todre_sel_seg *s)
 {
     const struct todre_select_job *job = s->job;
     int64_t slots;
-    return job->objective != TODRE_OBJECTIVE_CLS_TOPK && s->k > 1 &&
-           job->pivot != TODRE_PIVOT_ISOLATED && s->plan->strategy == TODRE_STRATEGY_ROWS &&
-           rows_kernel(s, s->plan->store_rows, &slots) == ROWS_FMA;
+    if (job->objective == TODRE_OBJECTIVE_CLS_TOPK || s->k < 2 ||
+        job->pivot == TODRE_PIVOT_ISOLATED || s->plan->strategy != TODRE_STRATEGY_ROWS)
+        return ROWS_NONE;
+    enum rows_kernel kern = rows_kernel(s, s->plan->store_rows, &slots);
+    return kern == ROWS_FMA || kern == ROWS_AMX ? kern : ROWS_NONE;
 }
 
 /* The plan as this set can run it. The core chose it from the capabilities
@@ -326,11 +330,13 @@ static struct todre_sel_seg seg_of(struct todre_cpu_backend *be, const struct to
  * packing; where slot B cannot be allocated, from a pass of their own.
  * check_finite found every other row and CLS value finite, so a non-finite
  * row here is the first of the call. */
-static todre_status pack_ahead(struct todre_sel_seg *s, double *scale, struct todre_diag *diag)
+static todre_status pack_ahead(struct todre_sel_seg *s, enum rows_kernel kern, double *scale,
+                               struct todre_diag *diag)
 {
     const struct todre_select_job *job = s->job;
     int64_t bad = s->row0 + s->n;
-    if (todre_sel_rows_fma_prepack(s, scale)) {
+    if (kern == ROWS_AMX ? todre_sel_amx_rows_prepack(s, scale)
+                         : todre_sel_rows_fma_prepack(s, scale)) {
         for (int64_t i = s->n - 1; i >= 0; i--) {
             if (!isfinite(scale[i])) bad = s->row0 + i;
             scale[i] = inv_norm(scale[i]);
@@ -365,7 +371,7 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
         struct todre_select_plan plan;
         struct todre_sel_seg s = seg_of(be, job, b, ws, &L, nt, &plan);
         ahead[b] = (uint8_t)packs_ahead(&s);
-        any |= ahead[b];
+        any |= ahead[b] != ROWS_NONE;
     }
     todre_status st = check_finite(job, N, nt, any ? ahead : NULL, scale, diag);
     if (st != TODRE_OK) return st;
@@ -375,7 +381,7 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
         struct todre_select_plan plan;
         struct todre_sel_seg s = seg_of(be, job, b, ws, &L, nt, &plan);
         int64_t *sel = (int64_t *)(ws + L.sel);
-        if (ahead[b]) st = pack_ahead(&s, scale + r0, diag);
+        if (ahead[b] != ROWS_NONE) st = pack_ahead(&s, (enum rows_kernel)ahead[b], scale + r0, diag);
         if (st == TODRE_OK && job->objective != TODRE_OBJECTIVE_CLS_TOPK) {
             /* products from BLAS / AMX: copies read through their first */
             if (plan.strategy != TODRE_STRATEGY_GEMV || job->pivot == TODRE_PIVOT_ISOLATED)

@@ -33,6 +33,7 @@
 #include <omp.h>
 
 #include "cpu_isa.h"
+#include "select_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
 #define TODRE_SEL_AMX 1
@@ -194,8 +195,9 @@ static void block_ids(int64_t r0, int64_t n, int64_t *ids)
 }
 
 void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, int64_t stride,
-                        todre_dtype dtype, int64_t n, int64_t d, int nthreads)
+                        todre_dtype dtype, int64_t n, int64_t d, int nthreads, double *ss)
 {
+    const struct todre_sel_kernels *k = todre_sel_kernels_for(dtype);
 #pragma omp parallel for num_threads(nthreads) schedule(static)
     for (int64_t r0 = 0; r0 < p->npad; r0 += TILE_ROWS) {
         int64_t ids[TILE_ROWS], at = tile_at(p, r0 / TILE_ROWS, 0);
@@ -210,6 +212,9 @@ void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, in
             pack_block(p, tmp, rows, stride, dtype, d, ids);
             pack_b(p, tmp, p->b + at);
         }
+        for (int i = 0; ss && i < TILE_ROWS && ids[i] >= 0; i++)
+            ss[ids[i]] = todre_sel_sumsq(
+                k, (const char *)rows + ids[i] * stride * todre_sel_elem_size(dtype), d);
     }
 }
 
@@ -414,9 +419,9 @@ int todre_sel_amx_usable(todre_dtype dtype)
     return 0;
 }
 void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, int64_t stride,
-                        todre_dtype dtype, int64_t n, int64_t d, int nthreads)
+                        todre_dtype dtype, int64_t n, int64_t d, int nthreads, double *ss)
 {
-    (void)p; (void)rows; (void)stride; (void)dtype; (void)n; (void)d; (void)nthreads;
+    (void)p; (void)rows; (void)stride; (void)dtype; (void)n; (void)d; (void)nthreads; (void)ss;
 }
 void todre_sel_amx_pack_rows(const struct todre_sel_amx_pack *p, const void *rows,
                              int64_t stride, todre_dtype dtype, int64_t d, const int64_t *ids)

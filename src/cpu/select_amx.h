@@ -37,9 +37,12 @@ int64_t todre_sel_amx_pad(int64_t x);
  * (f16, bf16). Cheap after the first call. */
 int todre_sel_amx_usable(todre_dtype dtype);
 
-/* Fill @p p (arrays allocated by the caller) from n rows of d values. */
+/* Fill @p p (arrays allocated by the caller) from n rows of d values; with
+ * ss, also each row's squared norm into ss[0..n) (todre_sel_sumsq's bits,
+ * select_kernels.h), from the row just packed (in L2: a block of 16 rows is
+ * 16 d values of 2 bytes), so that the rows are read once. */
 void todre_sel_amx_pack(const struct todre_sel_amx_pack *p, const void *rows, int64_t stride,
-                        todre_dtype dtype, int64_t n, int64_t d, int nthreads);
+                        todre_dtype dtype, int64_t n, int64_t d, int nthreads, double *ss);
 
 /* uint32 values of the packed tiles of 16 rows. */
 static inline int64_t todre_sel_amx_block(const struct todre_sel_amx_pack *p)

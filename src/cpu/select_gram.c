@@ -110,7 +110,7 @@ static float *gram_amx(struct todre_sel_seg *s, todre_status *st, struct todre_d
     p.b = (uint32_t *)(buf + plane);
     p.tmp = p.sw = NULL;
     p.split = split;
-    todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads);
+    todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads, NULL);
     todre_sel_amx_gram(&p, g, s->nthreads);
     compact(g, s->n, p.npad);
     return g;
@@ -158,12 +158,28 @@ int64_t todre_sel_amx_rows_slots(const struct todre_sel_seg *s, int64_t planned)
     return fit < (double)planned ? (int64_t)fit : planned;
 }
 
+int todre_sel_amx_rows_prepack(struct todre_sel_seg *s, double *ss)
+{
+    struct todre_cpu_backend *be = s->be;
+    struct amx_rows_layout L = amx_rows_layout(s);
+    struct todre_sel_amx_pack p = L.p;
+    uint32_t *b = todre_cpu_workspace(be, TODRE_CPU_WS_SELECT_B, L.b_bytes);
+    if (!b) return 0;
+    p.b = b;
+    p.tmp = (uint32_t *)((char *)b + L.packed + 2 * L.batch);
+    todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads, ss);
+    s->packed = be->ws_claim[TODRE_CPU_WS_SELECT_B] = ++be->ws_claims;
+    return 1;
+}
+
 todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows *r,
                                  struct todre_diag *diag)
 {
     if (!s->rows_amx) return todre_sel_rows_fma_init(s, r, diag);
     struct amx_rows_layout L = amx_rows_layout(s);
     struct todre_sel_amx_pack p = L.p;
+    /* the rows packed ahead are still there unless slot B was taken since */
+    const int packed = s->packed && s->be->ws_claim[TODRE_CPU_WS_SELECT_B] == s->packed;
     uint32_t *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, L.b_bytes);
     int64_t slots = s->plan->store_rows;
     size_t rows = (size_t)p.npad * (size_t)(slots + TODRE_SEL_AMX_BATCH) * sizeof(float);
@@ -175,7 +191,7 @@ todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows 
     }
     p.b = b;
     p.tmp = (uint32_t *)((char *)b + L.packed + 2 * L.batch);
-    todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads);
+    if (!packed) todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads, NULL);
     p.a = (uint32_t *)((char *)b + L.packed);
     p.sw = (uint32_t *)((char *)b + L.packed + L.batch);
     r->amx = p;

@@ -60,9 +60,9 @@ struct todre_sel_seg {
      * kernel (the greedy loop's speculative batch) */
     int rows_amx;
     int rows_batch;
-    /* Slot B's claim when select.c packed the rows for the FMA ROWS kernels
-     * ahead of the run, taking the norms from that pass
-     * (todre_sel_rows_fma_prepack), else 0 */
+    /* Slot B's claim when select.c packed the rows for the ROWS kernels
+     * (FMA or AMX) ahead of the run, taking the norms from that pass
+     * (todre_sel_rows_fma_prepack, todre_sel_amx_rows_prepack), else 0 */
     uint64_t packed;
 };
 
@@ -122,6 +122,10 @@ void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, con
  * or fewer, and 0 when less than min(n, 2 TODRE_SEL_AMX_BATCH) rows fit
  * (the set then runs on the FMA kernels, or as GEMV). */
 int64_t todre_sel_amx_rows_slots(const struct todre_sel_seg *s, int64_t planned);
+
+/* As todre_sel_rows_fma_prepack (select_rows.h), for the AMX kernel's rows
+ * (B tiles in slot B, as todre_sel_rows_init lays them out). */
+int todre_sel_amx_rows_prepack(struct todre_sel_seg *s, double *ss);
 
 /* Free the slot of stored row c once it has been used. */
 void todre_sel_rows_drop(struct todre_sel_rows *r, int64_t c);

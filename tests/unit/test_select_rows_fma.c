@@ -303,14 +303,16 @@ static void test_norm_bits_rows_equal_gemv(void **state)
  * each, the CLS pivot) with NaN / Inf placed in it: whatever the strategy,
  * the call fails with NONFINITE naming the first non-finite embedding row
  * of the batch, or where there is none the first non-finite CLS value, and
- * leaves the output untouched. Under a ROWS plan on the FMA kernels the
- * sets' norms come from packing each set's rows as the set runs
+ * leaves the output untouched. Under a ROWS plan (FMA kernels, or AMX for
+ * bf16 on the AMX level) the sets' norms come from packing each set's rows
+ * as the set runs
  * (select.c, pack_ahead), after the sets before it ran: the report must not
  * change with that. */
 static void test_nonfinite_report_in_batch(void **state)
 {
     (void)state;
-    static const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16};
+    /* bf16: on the AMX level its rows are AMX's, packed ahead too */
+    static const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
     static const struct {
         int64_t emb[2], cls; /* global rows, -1: none */
         const char *want;
@@ -325,7 +327,7 @@ static void test_nonfinite_report_in_batch(void **state)
     float *x32 = malloc(sizeof(float) * N * LD), cls[N];
     assert_non_null(x32);
     tt_fill_clustered(x32, N, D, LD, 12, 0.7, 31);
-    for (size_t di = 0; di < 2; di++) {
+    for (size_t di = 0; di < 3; di++) {
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             for (int64_t i = 0; i < N; i++) cls[i] = (float)((i * 37) % 101);
             if (cases[c].cls >= 0) cls[cases[c].cls] = NAN;
