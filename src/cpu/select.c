@@ -1,8 +1,8 @@
 /* CPU stage 1, entry point: checks the data (finite), computes the inverse
  * norms of every row once, lays out the workspace, then runs each token set
  * (pivot, greedy or top-k) with the strategy of the core's plan
- * (job->seg_plan) and writes its outputs. A set whose rows the FMA ROWS
- * kernels will make takes its norms from packing them, at the start of its
+ * (job->seg_plan) and writes its outputs. A set whose rows the ROWS kernels
+ * (FMA or AMX) will make takes its norms from packing them, at the start of its
  * run (pack_ahead): its rows are read once before the greedy loop, not
  * twice.
  *
