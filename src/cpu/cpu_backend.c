@@ -191,6 +191,17 @@ void *todre_cpu_workspace(struct todre_cpu_backend *be, enum todre_cpu_ws_slot s
     return p;
 }
 
+uint64_t todre_cpu_workspace_claim(struct todre_cpu_backend *be, enum todre_cpu_ws_slot slot)
+{
+    return be->ws_claim[slot] = ++be->ws_claims;
+}
+
+int todre_cpu_workspace_kept(const struct todre_cpu_backend *be, enum todre_cpu_ws_slot slot,
+                             uint64_t claim)
+{
+    return claim != 0 && be->ws_claim[slot] == claim;
+}
+
 int todre_cpu_default_threads(void)
 {
 #ifdef _OPENMP

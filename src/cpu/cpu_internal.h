@@ -21,11 +21,10 @@ struct todre_cpu_backend {
     struct todre_backend base; /* first: the core sees only this */
     void *ws[TODRE_CPU_WS_COUNT];
     size_t ws_size[TODRE_CPU_WS_COUNT];
-    /* A slot's contents kept for a later use in the same call: the number
-     * of the claim that filled it (from ws_claims, counting up), 0 once any
-     * request for the slot may have replaced them (todre_cpu_workspace
-     * clears it). Used for rows packed ahead of a set's run (slot B,
-     * select_rows.h, todre_sel_rows_fma_prepack). */
+    /* A slot's contents kept for a later use in the same call
+     * (todre_cpu_workspace_claim): the claim's number (from ws_claims,
+     * counting up), 0 once any request for the slot may have replaced them
+     * (todre_cpu_workspace clears it). */
     uint64_t ws_claim[TODRE_CPU_WS_COUNT];
     uint64_t ws_claims;
     /* Gram matrices of fp32 / widened rows (GRAM, the ISOLATED pivot): 1 =
@@ -39,6 +38,17 @@ struct todre_cpu_backend {
  * unspecified, the slot's claim cleared), or NULL when the allocation fails
  * (the caller reports TODRE_ERR_OUT_OF_MEMORY). */
 void *todre_cpu_workspace(struct todre_cpu_backend *be, enum todre_cpu_ws_slot slot, size_t bytes);
+
+/* Keep @p slot's current contents for a later use: returns the claim's
+ * number (never 0), which todre_cpu_workspace_kept then checks. Used for
+ * rows packed ahead of a set's run (slot B: todre_sel_rows_fma_prepack,
+ * todre_sel_amx_rows_prepack). */
+uint64_t todre_cpu_workspace_claim(struct todre_cpu_backend *be, enum todre_cpu_ws_slot slot);
+
+/* Whether @p slot still holds what claim @p claim kept: no request for the
+ * slot since (0: never). */
+int todre_cpu_workspace_kept(const struct todre_cpu_backend *be, enum todre_cpu_ws_slot slot,
+                             uint64_t claim);
 
 /* Threads for the backend's own OpenMP regions in a call: params.num_threads,
  * or todre_cpu_default_threads() when 0 (or above it). Used only in

@@ -158,17 +158,27 @@ int64_t todre_sel_amx_rows_slots(const struct todre_sel_seg *s, int64_t planned)
     return fit < (double)planned ? (int64_t)fit : planned;
 }
 
+/* The B tiles of all rows in slot B (at b, as amx_rows_layout lays it
+ * out), packed unless @p packed; with ss, the norms too (todre_sel_amx_pack).
+ * The batch's A tiles (p.a, p.sw) are left to the caller. */
+static struct todre_sel_amx_pack amx_rows_pack(const struct todre_sel_seg *s,
+                                               const struct amx_rows_layout *L, uint32_t *b,
+                                               int packed, double *ss)
+{
+    struct todre_sel_amx_pack p = L->p;
+    p.b = b;
+    p.tmp = (uint32_t *)((char *)b + L->packed + 2 * L->batch);
+    if (!packed) todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads, ss);
+    return p;
+}
+
 int todre_sel_amx_rows_prepack(struct todre_sel_seg *s, double *ss)
 {
-    struct todre_cpu_backend *be = s->be;
     struct amx_rows_layout L = amx_rows_layout(s);
-    struct todre_sel_amx_pack p = L.p;
-    uint32_t *b = todre_cpu_workspace(be, TODRE_CPU_WS_SELECT_B, L.b_bytes);
+    uint32_t *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, L.b_bytes);
     if (!b) return 0;
-    p.b = b;
-    p.tmp = (uint32_t *)((char *)b + L.packed + 2 * L.batch);
-    todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads, ss);
-    s->packed = be->ws_claim[TODRE_CPU_WS_SELECT_B] = ++be->ws_claims;
+    amx_rows_pack(s, &L, b, 0, ss);
+    s->packed = todre_cpu_workspace_claim(s->be, TODRE_CPU_WS_SELECT_B);
     return 1;
 }
 
@@ -177,21 +187,18 @@ todre_status todre_sel_rows_init(struct todre_sel_seg *s, struct todre_sel_rows 
 {
     if (!s->rows_amx) return todre_sel_rows_fma_init(s, r, diag);
     struct amx_rows_layout L = amx_rows_layout(s);
-    struct todre_sel_amx_pack p = L.p;
     /* the rows packed ahead are still there unless slot B was taken since */
-    const int packed = s->packed && s->be->ws_claim[TODRE_CPU_WS_SELECT_B] == s->packed;
+    const int packed = todre_cpu_workspace_kept(s->be, TODRE_CPU_WS_SELECT_B, s->packed);
     uint32_t *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, L.b_bytes);
     int64_t slots = s->plan->store_rows;
-    size_t rows = (size_t)p.npad * (size_t)(slots + TODRE_SEL_AMX_BATCH) * sizeof(float);
-    char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, amx_store_bytes(s, p.npad, slots));
+    size_t rows = (size_t)L.p.npad * (size_t)(slots + TODRE_SEL_AMX_BATCH) * sizeof(float);
+    char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, amx_store_bytes(s, L.p.npad, slots));
     if (!b || !c) {
         snprintf(diag->buf, diag->cap, "workspace: cannot allocate %lld x %lld products",
                  (long long)slots, (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
-    p.b = b;
-    p.tmp = (uint32_t *)((char *)b + L.packed + 2 * L.batch);
-    if (!packed) todre_sel_amx_pack(&p, s->rows, s->stride, s->dtype, s->n, s->d, s->nthreads, NULL);
+    struct todre_sel_amx_pack p = amx_rows_pack(s, &L, b, packed, NULL);
     p.a = (uint32_t *)((char *)b + L.packed);
     p.sw = (uint32_t *)((char *)b + L.packed + L.batch);
     r->amx = p;

@@ -439,12 +439,11 @@ static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, 
 
 int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss)
 {
-    struct todre_cpu_backend *be = s->be;
-    char *b = todre_cpu_workspace(be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
+    char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
     if (!b) return 0;
     struct todre_sel_rows_fma f;
     set_operands(s, &f, b, 0, ss);
-    s->packed = be->ws_claim[TODRE_CPU_WS_SELECT_B] = ++be->ws_claims;
+    s->packed = todre_cpu_workspace_claim(s->be, TODRE_CPU_WS_SELECT_B);
     return 1;
 }
 
@@ -493,7 +492,7 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
     struct todre_sel_rows_fma *f = &r->fma;
     int64_t slots = s->plan->store_rows;
     /* the rows packed ahead are still there unless slot B was taken since */
-    const int packed = s->packed && s->be->ws_claim[TODRE_CPU_WS_SELECT_B] == s->packed;
+    const int packed = todre_cpu_workspace_kept(s->be, TODRE_CPU_WS_SELECT_B, s->packed);
     char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
     char *c = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_C, store_bytes(s->n, slots));
     if (!b || !c) {
