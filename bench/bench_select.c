@@ -19,7 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-#define TODRE_EXPERIMENTAL_API /* TODRE_CONTEXT_EXP_SELECT_STRATEGY */
+#define TODRE_EXPERIMENTAL_API /* TODRE_CONTEXT_EXP_SELECT_STRATEGY, _ROWS_MADE */
 #include "half.h"
 #include "todre/todre.h"
 
@@ -163,11 +163,13 @@ int main(int argc, char **argv)
     }
     qsort(times, (size_t)reps, sizeof *times, cmp_double);
     qsort(cpus, (size_t)reps, sizeof *cpus, cmp_double);
+    int64_t made = 0; /* Gram rows the last call made under ROWS: its speculation */
+    CHECK(todre_context_get_int(ctx, TODRE_CONTEXT_EXP_SELECT_ROWS_MADE, &made));
     printf("n=%lld d=%lld k=%lld %s %s %s/%s threads=%d: median %.2f ms, min %.2f ms, "
-           "cpu %.2f ms; sel[0..4] =",
+           "cpu %.2f ms; rows made %lld; sel[0..4] =",
            (long long)n, (long long)d, (long long)k, dtypes[dtype], strategies[strategy],
            objectives[objective], pivots[pivot], threads, 1e3 * times[reps / 2], 1e3 * times[0],
-           1e3 * cpus[reps / 2]);
+           1e3 * cpus[reps / 2], (long long)made);
     for (int64_t i = 0; i < k && i < 5; i++) printf(" %lld", (long long)out[i]);
     printf("\n");
 

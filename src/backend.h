@@ -43,8 +43,8 @@ extern "C" {
 /* Bumped on any change to the structs or the table below; the loader refuses
  * a module built against another value. 3: caps.rows_fma_batch and
  * caps.rows_fast_dtypes (a core reading them from a module built before
- * would read past its caps). */
-#define TODRE_BACKEND_ABI_VERSION 3u
+ * would read past its caps). 4: params.rows_made. */
+#define TODRE_BACKEND_ABI_VERSION 4u
 
 /* Where a backend writes the detail text of a failure (NUL-terminated,
  * truncated to cap). The core copies it into the context's message. */
@@ -80,11 +80,15 @@ enum todre_select_strategy {
 };
 
 /* Context parameters the backend honours; the core writes them (validated)
- * into todre_backend.params, the backend reads them at each call. */
+ * into todre_backend.params, the backend reads them at each call. The
+ * read-only ones the backend writes and the core reads. */
 struct todre_backend_params {
     int64_t workspace_limit; /* bytes a strategy may use beyond O(n*d) */
     int64_t strategy;        /* requested enum todre_select_strategy (experimental) */
     int64_t num_threads;     /* 0 = all; bounds the backend's own threads only */
+    /* Read-only (experimental): Gram rows the stage-1 call made under ROWS;
+     * the core zeroes it before each call, the backend adds to it. */
+    int64_t rows_made;
 };
 
 /* What a backend instance can do and how fast, declared once at creation;

@@ -34,6 +34,7 @@ todre_status todre_context_create(const char *backend, int device, todre_context
     }
     ctx->entry = e;
     todre_param_defaults(TODRE_OWNER_CONTEXT, &ctx->be->params);
+    ctx->be->params.rows_made = 0; /* read-only: no default written */
     *out = ctx;
     return TODRE_OK;
 }

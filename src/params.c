@@ -32,6 +32,8 @@ struct param_desc {
  * experimental ones are macros themselves). */
 #define CTX_INT(p, field, lo, hi, def) \
     P_INT(p, #p, TODRE_OWNER_CONTEXT, struct todre_backend_params, field, lo, hi, def, 0)
+#define CTX_INT_RO(p, field, lo, hi) \
+    P_INT(p, #p, TODRE_OWNER_CONTEXT, struct todre_backend_params, field, lo, hi, lo, 1)
 #define SEL_INT(p, field, lo, hi, def) \
     P_INT(p, #p, TODRE_OWNER_SELECT, struct todre_select_params, field, lo, hi, def, 0)
 #define SEL_DBL(p, field, lo, hi, def, open) \
@@ -67,6 +69,8 @@ static const struct param_desc params[] = {
     /* experimental */
     CTX_INT(TODRE_CONTEXT_EXP_SELECT_STRATEGY, strategy, TODRE_STRATEGY_AUTO, TODRE_STRATEGY_ROWS,
             TODRE_STRATEGY_AUTO),
+    /* written by the backend at each stage-1 call; the "default" is 0 */
+    CTX_INT_RO(TODRE_CONTEXT_EXP_SELECT_ROWS_MADE, rows_made, 0, INT64_MAX),
 };
 
 #define NPARAMS (sizeof params / sizeof params[0])

@@ -188,6 +188,7 @@ static todre_status dispatch(struct todre_context *ctx, const struct todre_array
 
     char msg[TODRE_MSG_CAP] = "";
     struct todre_diag diag = {msg, sizeof msg};
+    ctx->be->params.rows_made = 0;
     todre_status st = ctx->be->ops->select(ctx->be, job, &diag);
     return st == TODRE_OK ? st : todre_fail_diag(ctx, st, "select", msg);
 }

@@ -657,4 +657,16 @@ TODRE_API todre_status todre_relevance_keep_positions(const todre_relevance *rel
 #else
 #define TODRE_CONTEXT_EXP_SELECT_STRATEGY ((todre_param)1000)
 #endif
+
+/** int, read-only. Gram rows the last todre_select() or
+ *  todre_select_batch() call on this context made under strategy 3, summed
+ *  over its sets, speculative ones included (0 when no set ran that way; a
+ *  call that fails leaves any value). A set of k tokens uses k - 1 rows, so
+ *  the surplus measures the speculation, where timings on a shared machine
+ *  cannot. */
+#ifdef __cplusplus
+#define TODRE_CONTEXT_EXP_SELECT_ROWS_MADE (static_cast<todre_param>(1001))
+#else
+#define TODRE_CONTEXT_EXP_SELECT_ROWS_MADE ((todre_param)1001)
+#endif
 #endif /* TODRE_EXPERIMENTAL_API */

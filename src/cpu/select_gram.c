@@ -248,6 +248,7 @@ static int32_t take_slot(const struct todre_sel_seg *s, struct todre_sel_rows *r
 void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, const int64_t *ids,
                           int count, int sign)
 {
+    s->be->base.params.rows_made += count;
     if (!s->rows_amx) {
         todre_sel_rows_fma_batch(s, r, ids, count, sign);
         return;

@@ -125,17 +125,17 @@ static inline int worse(double x, int64_t v, double y, int64_t u)
 }
 
 /* Up to m untaken tokens other than those in skip[0..ns) whose row is not
- * made (no_row) or any (all), with the best sign * acc, into ids[] (a heap,
- * the worst first: a batch's order does not matter, todre_sel_store_place).
- * Returns how many. */
+ * made (no_row) or any (all), with the best sign * vals[v] (vals: s->acc,
+ * or first_values' estimate), into ids[] (a heap, the worst first: a
+ * batch's order does not matter, todre_sel_store_place). Returns how many. */
 static int best_values(const struct todre_sel_seg *s, const struct todre_sel_rows *r, int sign,
-                       const int64_t *skip, int ns, int no_row, int m, int64_t *ids,
-                       double *val)
+                       const double *vals, const int64_t *skip, int ns, int no_row, int m,
+                       int64_t *ids, double *val)
 {
     int h = 0;
     for (int64_t v = 0; v < s->n; v++) {
         if (s->taken[v] || (no_row && r->slot[v] >= 0)) continue;
-        double x = sign * s->acc[v];
+        double x = sign * vals[v];
         if (h == m && !worse(val[0], ids[0], x, v)) continue; /* no better than the worst */
         int in = 0;
         for (int i = 0; i < ns && !in; i++) in = skip[i] == v;
@@ -227,27 +227,54 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
     return m;
 }
 
+/* The values after the first step's update, estimated, into s->near
+ * (free once the pivot is chosen): before it every value is the same, and
+ * the lookahead's candidates would be the lowest indices. From dot
+ * products of the stored rows with c's (the lookahead's kernel, in
+ * parallel), not the batch kernel's bits; only the batch's choice depends
+ * on them. Measured at n = 2880, d = 4096, k = 288 (FMA kernels): the
+ * first batch of 12 makes 9 used rows instead of 3, 294 rows in all
+ * instead of 303 (docs/benchmarks.md, session 14). Not for AMX, whose
+ * batches of 32 cost about what this pass does (measured 6 % slower at n =
+ * 576, k = 64, where the FMA kernels gain 5-12 %). */
+static const double *first_values(struct todre_sel_seg *s, int64_t c, int maxmin)
+{
+    double *est = s->near;
+    const double sc = s->scale[c];
+    s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, c), s->d, 1.0f, s->w);
+#pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 64)
+    for (int64_t v = 0; v < s->n; v++) {
+        est[v] = s->acc[v];
+        if (s->taken[v]) continue;
+        float dot = s->kern->dot(todre_sel_row(s->rows, s->dtype, s->stride, v), s->w, s->d);
+        fold(est, v, (double)dot * (s->scale[v] * sc), maxmin);
+    }
+    return est;
+}
+
 /* The batch for c, which has no row: c, then up to min(rows_batch - 1,
- * left) tokens without a row, from the lookahead (FMA kernels) and then the
- * best current values (ties: lowest index). `left` are the steps after c's
- * that still take a row: the last step's token needs none, so a batch made
- * near the end speculates only on what can still be used. */
+ * left) tokens without a row, from the lookahead (FMA kernels; the first
+ * batch's candidates from first_values' estimate) and then the best
+ * current values (ties: lowest index). `left` are the steps after c's that
+ * still take a row: the last step's token needs none, so a batch made near
+ * the end speculates only on what can still be used. */
 static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_t c, int maxmin,
-                       int sign, int64_t left)
+                       int sign, int64_t left, int first)
 {
     int64_t ids[TODRE_SEL_AMX_BATCH], cand[LOOKAHEAD];
     double val[LOOKAHEAD];
     /* <= TODRE_SEL_AMX_BATCH - 1 (follow_plan) */
     const int cap = left < s->rows_batch - 1 ? (int)left : s->rows_batch - 1;
+    const double *vals = first && cap > 0 && !s->rows_amx ? first_values(s, c, maxmin) : s->acc;
     int m = 0;
     ids[0] = c;
     if (cap > 0 && !s->rows_amx) {
-        int nc = best_values(s, r, sign, &c, 1, 0, LOOKAHEAD, cand, val);
+        int nc = best_values(s, r, sign, vals, &c, 1, 0, LOOKAHEAD, cand, val);
         for (int i = 0; i < nc; i++) val[i] = s->acc[cand[i]];
         if (nc > 0) m = lookahead(s, r, c, maxmin, sign, cand, val, nc, cap, ids);
     }
-    if (m < cap) /* the places left: the best current values without a row */
-        m += best_values(s, r, sign, ids, m + 1, 1, cap - m, ids + m + 1, val);
+    if (m < cap) /* the places left: the best values without a row */
+        m += best_values(s, r, sign, vals, ids, m + 1, 1, cap - m, ids + m + 1, val);
     todre_sel_rows_batch(s, r, ids, m + 1, sign);
 }
 
@@ -270,7 +297,7 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
         if (t + 1 == s->k) break;
         if (plan == TODRE_STRATEGY_ROWS) {
             /* steps t + 1 .. k - 2 need rows after this one */
-            if (rows.slot[c] < 0) next_batch(s, &rows, c, maxmin, sign, s->k - 2 - t);
+            if (rows.slot[c] < 0) next_batch(s, &rows, c, maxmin, sign, s->k - 2 - t, t == 0);
             int64_t next = update_row(s, rows.g + rows.slot[c] * rows.ld, c, maxmin, sign);
             todre_sel_rows_drop(&rows, c);
             c = next;

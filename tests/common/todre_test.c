@@ -46,6 +46,7 @@ const struct tt_param_info tt_params[] = {
     {TODRE_RELEVANCE_NUM_LAYERS, "TODRE_RELEVANCE_NUM_LAYERS", TT_KIND_RELEVANCE},
     {TODRE_RELEVANCE_BATCH, "TODRE_RELEVANCE_BATCH", TT_KIND_RELEVANCE},
     {(todre_param)1000, "TODRE_CONTEXT_EXP_SELECT_STRATEGY", TT_KIND_CONTEXT},
+    {(todre_param)1001, "TODRE_CONTEXT_EXP_SELECT_ROWS_MADE", TT_KIND_CONTEXT},
 };
 const size_t tt_nparams = sizeof tt_params / sizeof tt_params[0];
 

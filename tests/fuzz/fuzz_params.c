@@ -52,6 +52,9 @@ static const struct spec specs[] = {
     {TODRE_CONTEXT_NUM_THREADS, "TODRE_CONTEXT_NUM_THREADS", K_CTX, 0, 0, 0, 1024, 0, 0, 0, 0},
     {TODRE_CONTEXT_EXP_SELECT_STRATEGY, "TODRE_CONTEXT_EXP_SELECT_STRATEGY", K_CTX, 0, 0, 0, 3, 0,
      0, 0, 0},
+    /* read-only, written by selections (none here): 0 from creation on */
+    {TODRE_CONTEXT_EXP_SELECT_ROWS_MADE, "TODRE_CONTEXT_EXP_SELECT_ROWS_MADE", K_CTX, 0, 1, 0,
+     INT64_MAX, 0, 0, 0, 0},
     {TODRE_SELECT_OBJECTIVE, "TODRE_SELECT_OBJECTIVE", K_SEL, 0, 0, 0, 2, 0, 0, 0, 0},
     {TODRE_SELECT_PIVOT, "TODRE_SELECT_PIVOT", K_SEL, 0, 0, 0, 5, 0, 0, 0, 0},
     {TODRE_SELECT_PIVOT_LO, "TODRE_SELECT_PIVOT_LO", K_SEL, 0, 0, 0, INT64_MAX - 1, 0, 0, 0, 0},
@@ -111,7 +114,7 @@ static todre_param pick_param(struct fz *in)
 {
     uint8_t b = fz_u8(in);
     if (b < 0xe0) return specs[b % NSPECS].param;
-    static const int32_t odd[] = {0, -1, 99, 102, 199, 208, 299, 304, 399, 999, 1001, INT32_MIN};
+    static const int32_t odd[] = {0, -1, 99, 102, 199, 208, 299, 304, 399, 999, 1002, INT32_MIN};
     if (b < 0xf0) return (todre_param)odd[b % 12];
     return (todre_param)(int32_t)fz_u32(in);
 }
@@ -305,9 +308,13 @@ static void check_bounds(struct fz *in, todre_param p)
                  "%s: %s has type %d", what, s->name, (int)bd.type);
         FZ_CHECK(bd.read_only == s->read_only, "%s: %s read_only = %d", what, s->name,
                  (int)bd.read_only);
-        if (s->read_only) {
+        if (s->read_only && s->kind == K_REL) { /* creation arguments' ranges */
             FZ_CHECK(bd.int_min >= 1 && bd.int_min <= bd.int_max, "%s: %s range [%lld, %lld]",
                      what, s->name, (long long)bd.int_min, (long long)bd.int_max);
+        } else if (s->read_only) {
+            FZ_CHECK(bd.int_min == s->imin && bd.int_max == s->imax && bd.int_default == s->idef,
+                     "%s: %s range [%lld, %lld] default %lld", what, s->name,
+                     (long long)bd.int_min, (long long)bd.int_max, (long long)bd.int_default);
         } else if (s->is_double) {
             FZ_CHECK(bd.double_min == s->dmin && bd.double_max == s->dmax &&
                          bd.double_default == s->ddef && bd.int_min == 0 && bd.int_max == 0 &&

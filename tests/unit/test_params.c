@@ -41,6 +41,7 @@ static const struct expect expects[] = {
     {TODRE_RELEVANCE_NUM_LAYERS, TODRE_PARAM_INT, 1, 0, 0, 0, 0, 0, 0},
     {TODRE_RELEVANCE_BATCH, TODRE_PARAM_INT, 1, 0, 0, 0, 0, 0, 0},
     {TODRE_CONTEXT_EXP_SELECT_STRATEGY, TODRE_PARAM_INT, 0, 0, 3, 0, 0, 0, 0},
+    {TODRE_CONTEXT_EXP_SELECT_ROWS_MADE, TODRE_PARAM_INT, 1, 0, 0, 0, 0, 0, 0},
 };
 #define NEXPECT (sizeof expects / sizeof expects[0])
 
@@ -176,10 +177,11 @@ static void test_names(void **state)
         {TODRE_SELECT_SEED, 206}, {TODRE_SELECT_ORDER, 207}, {TODRE_RELEVANCE_TAU, 300},
         {TODRE_RELEVANCE_SCHEDULE, 301}, {TODRE_RELEVANCE_NUM_LAYERS, 302},
         {TODRE_RELEVANCE_BATCH, 303}, {TODRE_CONTEXT_EXP_SELECT_STRATEGY, 1000},
+        {TODRE_CONTEXT_EXP_SELECT_ROWS_MADE, 1001},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         assert_int_equal((int)pinned[i].p, pinned[i].v);
-    static const int unknown[] = {-1, 0, 1, 99, 102, 199, 208, 250, 299, 304, 399, 400, 999, 1001, 100000};
+    static const int unknown[] = {-1, 0, 1, 99, 102, 199, 208, 250, 299, 304, 399, 400, 999, 1002, 100000};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
         assert_null(todre_param_name((todre_param)unknown[i]));
     /* the list is complete: the library knows no parameter it lacks */
@@ -387,7 +389,7 @@ static void test_unknown(void **state)
     (void)state;
     struct handles h;
     open_handles(&h);
-    static const int unknown[] = {-1, 0, 99, 102, 199, 208, 250, 304, 999, 1001, 100000};
+    static const int unknown[] = {-1, 0, 99, 102, 199, 208, 250, 304, 999, 1002, 100000};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         todre_param p = (todre_param)unknown[i];
         for (int kind = 0; kind < 3; kind++) {

@@ -176,6 +176,27 @@ def test_threads_use_separate_contexts(rng):
     assert len(results) == 20 and all(np.array_equal(r, want) for r in results)
 
 
+def test_rows_made_is_read_only_and_counts_the_last_call():
+    """TODRE_CONTEXT_EXP_SELECT_ROWS_MADE (experimental, read-only): the Gram
+    rows the last selection made under strategy 3, at least one per step but
+    the last where the CPU makes rows (AVX2 and up), 0 under strategy 1."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((300, 64)).astype(np.float32)
+    ctx = todre.Context("cpu", select_strategy=3)
+    assert ctx.get_param("select-rows-made") == 0          # fresh
+    ctx.select(x, keep=30, pivot="center")
+    made = ctx.get_param(ContextParam.SELECT_ROWS_MADE)
+    generic = todre.devices("cpu")[0].arch == "generic"  # ROWS runs as GRAM there
+    assert made == 0 if generic else made >= 29
+    with pytest.raises(TodreError) as e:
+        ctx.set_param("select-rows-made", 0)
+    assert e.value.status == Status.INVALID_ARGUMENT and "read-only" in e.value.message
+    assert ctx.get_param("select-rows-made") == made       # unchanged
+    ctx.set_param("select-strategy", 1)
+    ctx.select(x, keep=30, pivot="center")
+    assert ctx.get_param("select-rows-made") == 0
+
+
 def test_experimental_strategy_is_used_only_under_its_name(monkeypatch):
     """TODRE_CONTEXT_EXP_SELECT_STRATEGY may change in any release: the package
     checks todre_param_name() before passing value 1000 to the library."""

@@ -110,10 +110,12 @@ class Param(enum.IntEnum):
     # Experimental (TODRE_EXPERIMENTAL_API, a macro in the header): not part of
     # the stable ABI. The package checks todre_param_name() before using it.
     CONTEXT_EXP_SELECT_STRATEGY = 1000
+    CONTEXT_EXP_SELECT_ROWS_MADE = 1001  # read-only
 
 
 # Parameters that are macros under TODRE_EXPERIMENTAL_API, not enumerators.
-EXPERIMENTAL_PARAMS = {"TODRE_CONTEXT_EXP_SELECT_STRATEGY": Param.CONTEXT_EXP_SELECT_STRATEGY}
+EXPERIMENTAL_PARAMS = {"TODRE_CONTEXT_EXP_SELECT_STRATEGY": Param.CONTEXT_EXP_SELECT_STRATEGY,
+                       "TODRE_CONTEXT_EXP_SELECT_ROWS_MADE": Param.CONTEXT_EXP_SELECT_ROWS_MADE}
 
 
 class ParamType(enum.IntEnum):

@@ -27,6 +27,7 @@ ContextParam = enum.IntEnum("ContextParam", {
     "WORKSPACE_LIMIT": int(Param.CONTEXT_WORKSPACE_LIMIT),
     "NUM_THREADS": int(Param.CONTEXT_NUM_THREADS),
     "SELECT_STRATEGY": int(Param.CONTEXT_EXP_SELECT_STRATEGY),  # experimental
+    "SELECT_ROWS_MADE": int(Param.CONTEXT_EXP_SELECT_ROWS_MADE),  # experimental, read-only
 }, module=__name__)
 ContextParam.__doc__ = "Context parameters (TODRE_CONTEXT_*), C values."
 
