@@ -144,7 +144,7 @@ static struct layout plan(int64_t N, int64_t nseg, int64_t nmax, int64_t d, int6
     L.rep = o;   o = ALIGN64(o + (size_t)nmax * 8);
     L.taken = o; o = ALIGN64(o + (size_t)nmax);
     L.sel = o;   o = ALIGN64(o + (size_t)nmax * 8);
-    L.w = o;     o = ALIGN64(o + (size_t)d * 4);
+    L.w = o;     o = ALIGN64(o + (size_t)d * 4 * TODRE_SEL_LOOKAHEAD_THREADS);
     L.mu = o;    o = ALIGN64(o + (size_t)d * 8);
     L.res_sel = o; o = ALIGN64(o + (size_t)K * 8);
     L.res_pos = o; o = ALIGN64(o + (size_t)K * 8);

@@ -20,6 +20,10 @@
  * are independent and the arg-min / arg-max is a serial scan, so the result
  * does not depend on the thread count. */
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <string.h>
 
 #include <omp.h>
 
@@ -163,25 +167,204 @@ static int best_values(const struct todre_sel_seg *s, const struct todre_sel_row
     return h;
 }
 
+/* ---- the lookahead's mini-rows on several threads --------------------------
+ *
+ * A mini-row is up to LOOKAHEAD dot products of d (dot4: four at a time),
+ * a run of up to 11 of them per batch, each needing the one before: about
+ * 5 ms of a 44 ms call at n = 2880, d = 4096, k = 288 (f16), during which
+ * the other threads had nothing to do. Spread over the threads with OpenMP
+ * barriers it took three barriers per pick, about 900 a call; on an
+ * oversubscribed machine (more runnable threads than cores) every barrier
+ * waits for a thread the scheduler has parked, and a call took 50x longer
+ * than alone (docs/benchmarks.md, "Oversubscribed CPU"). So the team shares
+ * the work without barriers. The candidates' groups of 4 are split in
+ * fixed parts, one per thread (a thread's candidate rows stay in its own
+ * L2 from one pick to the next). The lookahead's thread (the master)
+ * publishes each mini-row as a job: every helper's span of groups, then
+ * one atomic word with the job's number and the pick. A helper widens the
+ * pick's row into its own buffer and claims its span's groups from the
+ * front, one compare-and-swap each, marking each group done; the master
+ * computes its own part, then takes the helpers' unclaimed groups from the
+ * back of their spans, then each claimed group once marked done for this
+ * job, waiting for it a little (a group takes about a microsecond) and
+ * otherwise computing it itself. So a helper the scheduler has parked
+ * costs at most one short wait per job, never a timeslice. dot4 gives the
+ * same bits on any thread, a result is read only under its job's number,
+ * and only the speculation depends on the mini-rows, never the selection. */
+#define LA_THREADS TODRE_SEL_LOOKAHEAD_THREADS
+#define LA_GROUPS (LOOKAHEAD / 4)
+#define JOB(gen, u) ((uint64_t)(gen) << 40 | (uint64_t)(u))
+#define JOB_GEN(j) ((uint32_t)((j) >> 40))
+#define JOB_U(j) ((int64_t)((j) & (((uint64_t)1 << 40) - 1)))
+#define SPAN(gen, next, end) ((uint64_t)(gen) << 32 | (uint64_t)(next) << 16 | (uint64_t)(end))
+#define SPAN_GEN(s) ((uint32_t)((s) >> 32))
+#define SPAN_NEXT(s) ((int)(((s) >> 16) & 0xffffu))
+#define SPAN_END(s) ((int)((s) & 0xffffu))
+#define JOB_STOP 0u /* gen 0 */
+#define JOB_IDLE 1u /* gen 1: no mini-row yet */
+
+/* Ticks the master waits for a claimed group before computing it itself:
+ * about 5 us (a group of 4 dot products takes about 1). */
+#define LA_WAIT_TICKS 10000u
+/* Ticks a helper spins without work before it yields its core once (to a
+ * thread the scheduler parked, ours or another process's): about 8 us. */
+#define LA_YIELD_TICKS 20000u
+
+struct la_team {
+    _Alignas(64) _Atomic uint64_t job;
+    _Alignas(64) _Atomic uint32_t done[LA_GROUPS]; /* job number of each group's result */
+    struct {
+        _Alignas(64) _Atomic uint64_t span; /* SPAN(job, next to claim, end) */
+    } part[LA_THREADS];
+    _Alignas(64) float res[LOOKAHEAD]; /* the helpers' raw dots, by candidate */
+    const int64_t *cand;
+    int ngroups, nt; /* whole groups of 4 candidates; threads */
+    int64_t shared, helped; /* groups in the helpers' parts; those they made */
+};
+
+/* A clock for short waits: the time-stamp counter on x86 (about 2-4 ticks
+ * a nanosecond), else a count of calls. */
+static inline uint64_t la_ticks(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_ia32_rdtsc();
+#else
+    static _Thread_local uint64_t n;
+    return n += 64;
+#endif
+}
+
+static inline void la_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* Thread t's part: groups [*g0, *g1). */
+static inline void la_part(const struct la_team *T, int t, int *g0, int *g1)
+{
+    *g0 = T->ngroups * t / T->nt;
+    *g1 = T->ngroups * (t + 1) / T->nt;
+}
+
+/* The raw dots of candidate group g with w into out[0..4). */
+static inline void la_group(const struct todre_sel_seg *s, const int64_t *cand, int g,
+                            const float *w, float *out)
+{
+    const void *x[4];
+    for (int q = 0; q < 4; q++) x[q] = todre_sel_row(s->rows, s->dtype, s->stride, cand[4 * g + q]);
+    s->kern->dot4(x, w, s->d, out);
+}
+
+/* Claim the front (front != 0) or back group of a span under job gen:
+ * returns it, or -1 when the span is empty or of another job. */
+static int la_claim(_Atomic uint64_t *span, uint32_t gen, int front)
+{
+    uint64_t v = atomic_load_explicit(span, memory_order_acquire);
+    for (;;) {
+        int next = SPAN_NEXT(v), end = SPAN_END(v);
+        if (SPAN_GEN(v) != gen || next >= end) return -1;
+        uint64_t w = front ? SPAN(gen, next + 1, end) : SPAN(gen, next, end - 1);
+        if (atomic_compare_exchange_weak_explicit(span, &v, w, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return front ? next : end - 1;
+    }
+}
+
+/* A helper: claims and computes its span's groups of every job until
+ * JOB_STOP. */
+static void la_help(const struct todre_sel_seg *s, struct la_team *T, int tid)
+{
+    float *w = s->w + (size_t)tid * (size_t)s->d; /* this thread's widened pick */
+    uint32_t last = JOB_IDLE;
+    uint64_t since = la_ticks();
+    for (;;) {
+        uint64_t j = atomic_load_explicit(&T->job, memory_order_acquire);
+        uint32_t gen = JOB_GEN(j);
+        if (gen == JOB_STOP) return;
+        if (gen == last) {
+            la_pause();
+            if (la_ticks() - since > LA_YIELD_TICKS) {
+                sched_yield();
+                since = la_ticks();
+            }
+            continue;
+        }
+        last = gen;
+        s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, JOB_U(j)), s->d, 1.0f, w);
+        for (int g; (g = la_claim(&T->part[tid].span, gen, 1)) >= 0;) {
+            float o[4];
+            la_group(s, T->cand, g, w, o);
+            for (int q = 0; q < 4; q++) T->res[4 * g + q] = o[q];
+            atomic_store_explicit(&T->done[g], gen, memory_order_release);
+        }
+        since = la_ticks();
+    }
+}
+
+/* The mini-row of u (widened into s->w) over the candidates cand[0..nc):
+ * raw dots into dot[] (picked candidates' too, where they share a group
+ * with one that is not), with the team's help when T is given (job number
+ * gen). */
+static void mini_row(const struct todre_sel_seg *s, const int64_t *cand, int nc,
+                     const uint8_t *picked, int64_t u, struct la_team *T, uint32_t gen,
+                     float *dot)
+{
+    int g0 = 0, g1 = nc / 4;
+    if (T) {
+        for (int t = 1; t < T->nt; t++) {
+            int h0, h1;
+            la_part(T, t, &h0, &h1);
+            atomic_store_explicit(&T->part[t].span, SPAN(gen, h0, h1), memory_order_relaxed);
+        }
+        atomic_store_explicit(&T->job, JOB(gen, u), memory_order_release);
+        la_part(T, 0, &g0, &g1);
+    }
+    for (int g = g0; g < g1; g++) la_group(s, cand, g, s->w, dot + 4 * g);
+    for (int t = 1; T && t < T->nt; t++) {
+        int h0, h1, g;
+        la_part(T, t, &h0, &h1);
+        T->shared += h1 - h0;
+        /* what the helper has not claimed, from the back */
+        while ((g = la_claim(&T->part[t].span, gen, 0)) >= 0) {
+            la_group(s, cand, g, s->w, dot + 4 * g);
+            h1 = g; /* groups [h1, ...) are done here */
+        }
+        for (g = h0; g < h1; g++) { /* claimed by the helper */
+            uint32_t dn = atomic_load_explicit(&T->done[g], memory_order_acquire);
+            for (uint64_t t0 = la_ticks(); dn != gen && la_ticks() - t0 < LA_WAIT_TICKS;) {
+                la_pause();
+                dn = atomic_load_explicit(&T->done[g], memory_order_acquire);
+            }
+            if (dn == gen) {
+                for (int q = 0; q < 4; q++) dot[4 * g + q] = T->res[4 * g + q];
+                T->helped++;
+                continue;
+            }
+            int any = 0; /* not there: made here */
+            for (int q = 0; q < 4; q++) any |= !picked[4 * g + q];
+            if (any) la_group(s, cand, g, s->w, dot + 4 * g);
+        }
+    }
+    for (int i = nc / 4 * 4; i < nc; i++)
+        if (!picked[i])
+            dot[i] = s->kern->dot(todre_sel_row(s->rows, s->dtype, s->stride, cand[i]), s->w, s->d);
+}
+
 /* The lookahead from c over the nc candidates cand[] (values val[], raw):
  * appends to ids[1..] up to cap picks that have no row; returns how many.
- * Serial: a mini-row is LOOKAHEAD dot products of d, four at a time (dot4;
- * f16 at d = 4096 about 12 us, 17 us one at a time), a run up to cap of
- * them. Spread over the context's threads it took
- * three barriers per pick, about 900 per call at n = 2880, k = 288; on an
- * oversubscribed machine (more runnable threads than cores, e.g. several
- * processes each with a thread per core) every barrier waits for a thread
- * the scheduler has parked, and a call took 50x longer than alone
- * (docs/benchmarks.md, "Oversubscribed CPU"). */
-static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, int64_t c,
-                     int maxmin, int sign, const int64_t *cand, double *val, int nc, int cap,
-                     int64_t *ids)
+ * With T, the mini-rows are shared with the team (above). */
+static int simulate(struct todre_sel_seg *s, const struct todre_sel_rows *r, int64_t c,
+                    int maxmin, int sign, const int64_t *cand, double *val, int nc, int cap,
+                    int64_t *ids, struct la_team *T)
 {
     double sim[LOOKAHEAD];
+    float dot[LOOKAHEAD];
     uint8_t picked[LOOKAHEAD] = {0};
     int m = 0;
+    uint32_t gen = JOB_IDLE;
     int64_t u = c;
-    const int64_t d = s->d;
     for (;;) {
         const double su = s->scale[u];
         if (r->slot[u] >= 0) {
@@ -189,24 +372,10 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
             for (int i = 0; i < nc; i++)
                 if (!picked[i]) sim[i] = row_sim(s, g, cand[i], su);
         } else {
-            /* the unpicked candidates, four dot products at a time */
-            s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, u), d, 1.0f, s->w);
-            int todo[LOOKAHEAD], nt = 0, j = 0;
+            s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, u), s->d, 1.0f, s->w);
+            mini_row(s, cand, nc, picked, u, T, ++gen, dot);
             for (int i = 0; i < nc; i++)
-                if (!picked[i]) todo[nt++] = i;
-            for (; j + 4 <= nt; j += 4) {
-                const void *x[4];
-                float dot[4];
-                for (int q = 0; q < 4; q++)
-                    x[q] = todre_sel_row(s->rows, s->dtype, s->stride, cand[todo[j + q]]);
-                s->kern->dot4(x, s->w, d, dot);
-                for (int q = 0; q < 4; q++)
-                    sim[todo[j + q]] = (double)dot[q] * (s->scale[cand[todo[j + q]]] * su);
-            }
-            for (; j < nt; j++) {
-                const void *x = todre_sel_row(s->rows, s->dtype, s->stride, cand[todo[j]]);
-                sim[todo[j]] = (double)s->kern->dot(x, s->w, d) * (s->scale[cand[todo[j]]] * su);
-            }
+                if (!picked[i]) sim[i] = (double)dot[i] * (s->scale[cand[i]] * su);
         }
         int best = -1;
         double bv = 0;
@@ -224,6 +393,43 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
             if (m == cap) break;
         }
     }
+    return m;
+}
+
+/* simulate, on the set's threads (up to LA_THREADS) while *team: the set
+ * has more than one thread, and its helpers have made at least half of
+ * their parts in every lookahead so far. Where they fall behind (other
+ * processes hold the cores: the master then makes their groups, and the
+ * region's end waits for a parked helper), the rest of the set's
+ * lookaheads run on the master alone: measured with 4 processes of 2
+ * threads on 2 cores, the team without this rule took 1.3x as long as the
+ * serial lookahead (docs/benchmarks.md, session 14). */
+static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, int64_t c,
+                     int maxmin, int sign, const int64_t *cand, double *val, int nc, int cap,
+                     int64_t *ids, int *team)
+{
+    const int nt = s->nthreads < LA_THREADS ? s->nthreads : LA_THREADS;
+    if (!*team || nt < 2 || nc < 16)
+        return simulate(s, r, c, maxmin, sign, cand, val, nc, cap, ids, NULL);
+    struct la_team T;
+    T.cand = cand;
+    T.ngroups = nc / 4;
+    T.nt = nt;
+    T.shared = T.helped = 0;
+    for (int g = 0; g < LA_GROUPS; g++) atomic_init(&T.done[g], JOB_IDLE);
+    for (int i = 0; i < LA_THREADS; i++) atomic_init(&T.part[i].span, SPAN(JOB_IDLE, 0, 0));
+    atomic_init(&T.job, JOB(JOB_IDLE, 0));
+    int m = 0;
+#pragma omp parallel num_threads(nt)
+    {
+        if (omp_get_thread_num() == 0) {
+            m = simulate(s, r, c, maxmin, sign, cand, val, nc, cap, ids, &T);
+            atomic_store_explicit(&T.job, JOB(JOB_STOP, 0), memory_order_release);
+        } else {
+            la_help(s, &T, omp_get_thread_num());
+        }
+    }
+    if (2 * T.helped < T.shared) *team = 0;
     return m;
 }
 
@@ -259,7 +465,7 @@ static const double *first_values(struct todre_sel_seg *s, int64_t c, int maxmin
  * still take a row: the last step's token needs none, so a batch made near
  * the end speculates only on what can still be used. */
 static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_t c, int maxmin,
-                       int sign, int64_t left, int first)
+                       int sign, int64_t left, int first, int *team)
 {
     int64_t ids[TODRE_SEL_AMX_BATCH], cand[LOOKAHEAD];
     double val[LOOKAHEAD];
@@ -271,7 +477,7 @@ static void next_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, int64_
     if (cap > 0 && !s->rows_amx) {
         int nc = best_values(s, r, sign, vals, &c, 1, 0, LOOKAHEAD, cand, val);
         for (int i = 0; i < nc; i++) val[i] = s->acc[cand[i]];
-        if (nc > 0) m = lookahead(s, r, c, maxmin, sign, cand, val, nc, cap, ids);
+        if (nc > 0) m = lookahead(s, r, c, maxmin, sign, cand, val, nc, cap, ids, team);
     }
     if (m < cap) /* the places left: the best values without a row */
         m += best_values(s, r, sign, vals, ids, m + 1, 1, cap - m, ids + m + 1, val);
@@ -285,6 +491,7 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
     todre_status st = TODRE_OK;
     int32_t plan = s->plan->strategy;
     struct todre_sel_rows rows;
+    int team = 1; /* the lookahead's mini-rows on the set's threads (lookahead) */
     /* k = 1 takes no step: no products to prepare */
     if (s->k > 1 && plan == TODRE_STRATEGY_GRAM && !gram) gram = todre_sel_gram(s, &st, diag);
     if (s->k > 1 && plan == TODRE_STRATEGY_ROWS) st = todre_sel_rows_init(s, &rows, diag);
@@ -297,7 +504,7 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
         if (t + 1 == s->k) break;
         if (plan == TODRE_STRATEGY_ROWS) {
             /* steps t + 1 .. k - 2 need rows after this one */
-            if (rows.slot[c] < 0) next_batch(s, &rows, c, maxmin, sign, s->k - 2 - t, t == 0);
+            if (rows.slot[c] < 0) next_batch(s, &rows, c, maxmin, sign, s->k - 2 - t, t == 0, &team);
             int64_t next = update_row(s, rows.g + rows.slot[c] * rows.ld, c, maxmin, sign);
             todre_sel_rows_drop(&rows, c);
             c = next;

@@ -17,6 +17,10 @@
 #include "select_kernels.h"
 #include "select_rows.h"
 
+/* Threads that share the FMA ROWS lookahead's mini-rows (select_greedy.c):
+ * 16 groups of 4 dot products a pick leave little for more. */
+#define TODRE_SEL_LOOKAHEAD_THREADS 4
+
 #define TODRE_SEL_SAFE_LO 1e-30
 #define TODRE_SEL_SAFE_HI 1e30
 
@@ -45,7 +49,8 @@ struct todre_sel_seg {
      * (todre_sel_find_copies, select_copies.c) */
     const int64_t *rep;
     uint8_t *taken; /* [n] 1 = selected */
-    float *w;       /* [d] the fp32 vector of a GEMV */
+    float *w;       /* [d] the fp32 vector of a GEMV; [TODRE_SEL_LOOKAHEAD_THREADS x d]:
+                     * one per thread of the ROWS lookahead (select_greedy.c) */
     double *mu;     /* [d] */
     double *near;   /* [n] ISOLATED scores */
     void *pairs;    /* [n] 16-byte records (CLS_TOPK sort) */

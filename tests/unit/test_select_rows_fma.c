@@ -367,13 +367,15 @@ static void test_nonfinite_report_in_batch(void **state)
     free(x32);
 }
 
-/* Rows made by one ROWS call (TODRE_CONTEXT_EXP_SELECT_ROWS_MADE), from
- * pivot 0 (the CLS map's largest value), k tokens, @p strategy; the
- * context is used twice (the count is the last call's). */
+/* Rows made by one call (TODRE_CONTEXT_EXP_SELECT_ROWS_MADE), from pivot 0
+ * (the CLS map's largest value), k tokens, @p strategy, @p threads (0:
+ * all); the context is used twice, ROWS first (the count is the last
+ * call's). */
 static int64_t rows_made(const void *x, todre_dtype dt, todre_objective obj, int64_t k,
-                         int64_t strategy, int64_t *sel)
+                         int64_t strategy, int64_t threads, int64_t *sel)
 {
     todre_context *ctx = tt_cpu_context();
+    tt_ctx_set(ctx, TODRE_CONTEXT_NUM_THREADS, threads);
     float cls[N] = {1.0f};
     tt_array emb, c, out;
     int64_t v = -1;
@@ -405,8 +407,11 @@ static int64_t rows_made(const void *x, todre_dtype dt, todre_objective obj, int
  * levels, f32 and f16: 113 (MAX_SUM) and 95 (MAX_MIN) with the estimate,
  * 173 (MAX_SUM) from the lowest indices. A GEMV call makes none, and the
  * count is the last call's; its selection is ROWS's (these rows have no
- * near-ties). On the generic level a ROWS request runs as GRAM or GEMV: no
- * rows. */
+ * near-ties). One thread makes the same rows and selection as all of them:
+ * the lookahead's mini-rows, shared between threads
+ * (src/cpu/select_greedy.c), must be bitwise the serial ones, or the
+ * speculation would choose other rows. On the generic level a ROWS request
+ * runs as GRAM or GEMV: no rows. */
 static void test_first_batch_from_pivot(void **state)
 {
     (void)state;
@@ -417,7 +422,7 @@ static void test_first_batch_from_pivot(void **state)
     const int rows = strcmp(dp.arch, "generic") != 0; /* f32 and f16 rows on FMA units */
     float *x32 = malloc(sizeof(float) * N * LD);
     assert_non_null(x32);
-    int64_t sel[12], ref[12];
+    int64_t sel[12], ref[12], one[12];
     for (size_t di = 0; di < 2; di++) {
         for (int obj = 0; obj < 2; obj++) {
             int64_t total = 0;
@@ -425,7 +430,14 @@ static void test_first_batch_from_pivot(void **state)
                 tt_fill_clustered(x32, 100, D, LD, 1, 0.3, 100 + seed);
                 tt_fill_clustered(x32 + 100 * LD, N - 100, D, LD, 10, 0.3, 200 + seed);
                 void *x = as_dtype(x32, dts[di]);
-                int64_t made = rows_made(x, dts[di], (todre_objective)obj, k, ROWS, sel);
+                int64_t made = rows_made(x, dts[di], (todre_objective)obj, k, ROWS, 0, sel);
+                int64_t made1 = rows_made(x, dts[di], (todre_objective)obj, k, ROWS, 1, one);
+                if (made1 != made)
+                    fail_msg("dtype %d objective %d seed %llu: %lld rows made on 1 thread, %lld "
+                             "on all", (int)dts[di], obj, (unsigned long long)seed,
+                             (long long)made1, (long long)made);
+                assert_same(sel, one, k, "two-group rows, 1 thread vs all", dts[di], obj,
+                            TODRE_PIVOT_CLS, (struct run){ROWS, DEFAULT_LIMIT, 1});
                 if (rows && made < k - 1)
                     fail_msg("dtype %d objective %d seed %llu: %lld rows made for %lld steps",
                              (int)dts[di], obj, (unsigned long long)seed, (long long)made,
@@ -433,7 +445,7 @@ static void test_first_batch_from_pivot(void **state)
                 if (!rows) assert_int_equal(made, 0);
                 total += made;
                 /* the same selection from GEMV, which makes no rows */
-                assert_int_equal(rows_made(x, dts[di], (todre_objective)obj, k, GEMV, ref), 0);
+                assert_int_equal(rows_made(x, dts[di], (todre_objective)obj, k, GEMV, 0, ref), 0);
                 assert_same(ref, sel, k, "two-group rows vs GEMV", dts[di], obj, TODRE_PIVOT_CLS,
                             (struct run){ROWS, DEFAULT_LIMIT, 0});
                 free(x);
