@@ -23,7 +23,6 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <string.h>
 
 #include <omp.h>
 
@@ -188,7 +187,9 @@ static int best_values(const struct todre_sel_seg *s, const struct todre_sel_row
  * back of their spans, then each claimed group once marked done for this
  * job, waiting for it a little (a group takes about a microsecond) and
  * otherwise computing it itself. So a helper the scheduler has parked
- * costs at most one short wait per job, never a timeslice. dot4 gives the
+ * costs a mini-row at most one short wait, never a timeslice (the
+ * lookahead's region still ends with the team: see lookahead() for how a
+ * set stops using helpers that fall behind). dot4 gives the
  * same bits on any thread, a result is read only under its job's number,
  * and only the speculation depends on the mini-rows, never the selection. */
 #define LA_THREADS TODRE_SEL_LOOKAHEAD_THREADS
