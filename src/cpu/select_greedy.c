@@ -46,7 +46,10 @@ static inline void fold(double *acc, int64_t v, double sim, int maxmin)
     }
 }
 
-static void update_gemv(struct todre_sel_seg *s, int64_t c, int maxmin)
+/* out[v] <- s->acc[v] moved on by s(v, c), for every untaken v, from one
+ * matrix-vector product over the set's rows: the GEMV step (out = s->acc),
+ * or the first batch's estimate (first_values). */
+static void gemv_fold(struct todre_sel_seg *s, int64_t c, int maxmin, double *out)
 {
     const void *rc = todre_sel_row(s->rows, s->dtype, s->stride, c);
     s->kern->widen(rc, s->d, 1.0f, s->w); /* exact: the stored values */
@@ -55,8 +58,9 @@ static void update_gemv(struct todre_sel_seg *s, int64_t c, int maxmin)
 #pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 64)
     for (int64_t v = 0; v < s->n; v++) {
         if (s->taken[v]) continue;
+        if (out != s->acc) out[v] = s->acc[v];
         float dot = s->kern->dot(todre_sel_row(s->rows, s->dtype, s->stride, v), s->w, s->d);
-        fold(s->acc, v, (double)dot * (s->scale[v] * sc), maxmin);
+        fold(out, v, (double)dot * (s->scale[v] * sc), maxmin);
     }
 }
 
@@ -249,6 +253,12 @@ static inline void la_part(const struct la_team *T, int t, int *g0, int *g1)
     *g1 = T->ngroups * (t + 1) / T->nt;
 }
 
+/* Whether group g holds a candidate not yet picked (whose dot is used). */
+static inline int la_needed(const uint8_t *picked, int g)
+{
+    return !(picked[4 * g] & picked[4 * g + 1] & picked[4 * g + 2] & picked[4 * g + 3]);
+}
+
 /* The raw dots of candidate group g with w into out[0..4). */
 static inline void la_group(const struct todre_sel_seg *s, const int64_t *cand, int g,
                             const float *w, float *out)
@@ -295,9 +305,7 @@ static void la_help(const struct todre_sel_seg *s, struct la_team *T, int tid)
         last = gen;
         s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, JOB_U(j)), s->d, 1.0f, w);
         for (int g; (g = la_claim(&T->part[tid].span, gen, 1)) >= 0;) {
-            float o[4];
-            la_group(s, T->cand, g, w, o);
-            for (int q = 0; q < 4; q++) T->res[4 * g + q] = o[q];
+            la_group(s, T->cand, g, w, T->res + 4 * g);
             atomic_store_explicit(&T->done[g], gen, memory_order_release);
         }
         since = la_ticks();
@@ -305,9 +313,9 @@ static void la_help(const struct todre_sel_seg *s, struct la_team *T, int tid)
 }
 
 /* The mini-row of u (widened into s->w) over the candidates cand[0..nc):
- * raw dots into dot[] (picked candidates' too, where they share a group
- * with one that is not), with the team's help when T is given (job number
- * gen). */
+ * raw dots into dot[] for every group with an unpicked candidate (picked
+ * candidates' too in such groups and in the helpers' groups), with the
+ * team's help when T is given (job number gen). */
 static void mini_row(const struct todre_sel_seg *s, const int64_t *cand, int nc,
                      const uint8_t *picked, int64_t u, struct la_team *T, uint32_t gen,
                      float *dot)
@@ -322,14 +330,15 @@ static void mini_row(const struct todre_sel_seg *s, const int64_t *cand, int nc,
         atomic_store_explicit(&T->job, JOB(gen, u), memory_order_release);
         la_part(T, 0, &g0, &g1);
     }
-    for (int g = g0; g < g1; g++) la_group(s, cand, g, s->w, dot + 4 * g);
+    for (int g = g0; g < g1; g++)
+        if (la_needed(picked, g)) la_group(s, cand, g, s->w, dot + 4 * g);
     for (int t = 1; T && t < T->nt; t++) {
         int h0, h1, g;
         la_part(T, t, &h0, &h1);
         T->shared += h1 - h0;
         /* what the helper has not claimed, from the back */
         while ((g = la_claim(&T->part[t].span, gen, 0)) >= 0) {
-            la_group(s, cand, g, s->w, dot + 4 * g);
+            if (la_needed(picked, g)) la_group(s, cand, g, s->w, dot + 4 * g);
             h1 = g; /* groups [h1, ...) are done here */
         }
         for (g = h0; g < h1; g++) { /* claimed by the helper */
@@ -343,9 +352,7 @@ static void mini_row(const struct todre_sel_seg *s, const int64_t *cand, int nc,
                 T->helped++;
                 continue;
             }
-            int any = 0; /* not there: made here */
-            for (int q = 0; q < 4; q++) any |= !picked[4 * g + q];
-            if (any) la_group(s, cand, g, s->w, dot + 4 * g);
+            if (la_needed(picked, g)) la_group(s, cand, g, s->w, dot + 4 * g); /* made here */
         }
     }
     for (int i = nc / 4 * 4; i < nc; i++)
@@ -437,8 +444,8 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
 /* The values after the first step's update, estimated, into s->near
  * (free once the pivot is chosen): before it every value is the same, and
  * the lookahead's candidates would be the lowest indices. From dot
- * products of the stored rows with c's (the lookahead's kernel, in
- * parallel), not the batch kernel's bits; only the batch's choice depends
+ * products of the stored rows with c's (the GEMV step's, in parallel),
+ * not the batch kernel's bits; only the batch's choice depends
  * on them. Measured at n = 2880, d = 4096, k = 288 (FMA kernels): the
  * first batch of 12 makes 9 used rows instead of 3, 294 rows in all
  * instead of 303 (docs/benchmarks.md, session 14). Not for AMX, whose
@@ -446,17 +453,8 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
  * 576, k = 64, where the FMA kernels gain 5-12 %). */
 static const double *first_values(struct todre_sel_seg *s, int64_t c, int maxmin)
 {
-    double *est = s->near;
-    const double sc = s->scale[c];
-    s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, c), s->d, 1.0f, s->w);
-#pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 64)
-    for (int64_t v = 0; v < s->n; v++) {
-        est[v] = s->acc[v];
-        if (s->taken[v]) continue;
-        float dot = s->kern->dot(todre_sel_row(s->rows, s->dtype, s->stride, v), s->w, s->d);
-        fold(est, v, (double)dot * (s->scale[v] * sc), maxmin);
-    }
-    return est;
+    gemv_fold(s, c, maxmin, s->near); /* taken rows are skipped by best_values */
+    return s->near;
 }
 
 /* The batch for c, which has no row: c, then up to min(rows_batch - 1,
@@ -512,7 +510,7 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
         } else if (gram) {
             c = update_row(s, gram + c * s->n, c, maxmin, sign);
         } else {
-            update_gemv(s, c, maxmin);
+            gemv_fold(s, c, maxmin, s->acc);
             c = todre_sel_argbest(s->acc, s->taken, s->n, sign);
         }
     }
