@@ -53,8 +53,9 @@ struct run {
     int64_t strategy, limit, threads;
 };
 
-static void select_rows(const void *x, todre_dtype dt, todre_objective obj, todre_pivot piv,
-                        int64_t k, struct run r, int64_t *sel)
+/* ROWS ... over the first d columns of each row (d <= D). */
+static void select_rows_d(const void *x, todre_dtype dt, int64_t d, todre_objective obj,
+                          todre_pivot piv, int64_t k, struct run r, int64_t *sel)
 {
     todre_context *ctx = tt_cpu_context();
     tt_ctx_set(ctx, TODRE_CONTEXT_EXP_SELECT_STRATEGY, r.strategy);
@@ -63,10 +64,16 @@ static void select_rows(const void *x, todre_dtype dt, todre_objective obj, todr
     todre_select_config *cfg = tt_config(obj, piv, k, TODRE_ORDER_SELECTION);
     tt_array emb, out;
     memset(sel, 0xff, sizeof(int64_t) * (size_t)k);
-    tt_assert_ok(todre_select(ctx, cfg, tt_array2(&emb, (void *)x, dt, N, D, LD), NULL,
+    tt_assert_ok(todre_select(ctx, cfg, tt_array2(&emb, (void *)x, dt, N, d, LD), NULL,
                               tt_array1(&out, sel, TODRE_DTYPE_I64, k)));
     todre_select_config_destroy(cfg);
     todre_context_destroy(ctx);
+}
+
+static void select_rows(const void *x, todre_dtype dt, todre_objective obj, todre_pivot piv,
+                        int64_t k, struct run r, int64_t *sel)
+{
+    select_rows_d(x, dt, D, obj, piv, k, r, sel);
 }
 
 /* x (fp32, N x LD) in dtype dt, same layout; NaN padding kept. */
@@ -461,6 +468,59 @@ static void test_first_batch_from_pivot(void **state)
     free(x32);
 }
 
+/* A bf16 value widened to fp32 is exact, and every FMA kernel sums a pair's
+ * products in the same order for each dtype (k in order within a K block,
+ * the K blocks in order: src/cpu/select_rows.c), so a bf16 set selects
+ * exactly as its fp32 widening, near ties included: rows around one centre
+ * with a spread of 1e-3, whose scores differ by about their rounding. A
+ * bf16 kernel that widened or summed otherwise fails here (shown with one
+ * that took two k rows a step into two sets of accumulators: step 3
+ * differs), where the checks above still pass. d = 300 and 299 (odd: the
+ * last K block ends on a single k row), 1 and 2 threads, both objectives,
+ * k = 150. Not on the generic level (no FMA rows) nor on AMX, whose bf16
+ * rows are tile products summed in another order. */
+static void test_bf16_as_its_f32_widening(void **state)
+{
+    (void)state;
+    if (!fma_rows()) {
+        printf("no FMA rows on this level: bf16 rows summed in another order\n");
+        return;
+    }
+    const int64_t k = 150;
+    int64_t ref[150], sel[150];
+    float *x32 = malloc(sizeof(float) * N * LD);
+    assert_non_null(x32);
+    tt_fill_clustered(x32, N, D, LD, 1, 1e-3, 31);
+    uint16_t *h = as_dtype(x32, TODRE_DTYPE_BF16);
+    float *w = malloc(sizeof(float) * N * LD); /* h widened, exact */
+    assert_non_null(w);
+    for (size_t i = 0; i < (size_t)N * LD; i++) {
+        uint32_t u = (uint32_t)h[i] << 16;
+        memcpy(w + i, &u, sizeof u);
+    }
+    static const int64_t ds[] = {D, D - 1};
+    for (size_t di = 0; di < 2; di++) {
+        for (int obj = 0; obj < 2; obj++) {
+            for (int64_t th = 1; th <= 2; th++) {
+                const struct run r = {ROWS, DEFAULT_LIMIT, th};
+                select_rows_d(w, TODRE_DTYPE_F32, ds[di], (todre_objective)obj,
+                              TODRE_PIVOT_CENTER, k, r, ref);
+                select_rows_d(h, TODRE_DTYPE_BF16, ds[di], (todre_objective)obj,
+                              TODRE_PIVOT_CENTER, k, r, sel);
+                for (int64_t i = 0; i < k; i++)
+                    if (sel[i] != ref[i])
+                        fail_msg("d %lld objective %d threads %lld: bf16 step %lld chose %lld, its "
+                                 "fp32 widening %lld",
+                                 (long long)ds[di], obj, (long long)th, (long long)i,
+                                 (long long)sel[i], (long long)ref[i]);
+            }
+        }
+    }
+    free(w);
+    free(h);
+    free(x32);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -469,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_norm_bits_rows_equal_gemv),
         cmocka_unit_test(test_nonfinite_report_in_batch),
         cmocka_unit_test(test_first_batch_from_pivot),
+        cmocka_unit_test(test_bf16_as_its_f32_widening),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
