@@ -322,21 +322,27 @@ static struct todre_sel_seg seg_of(struct todre_cpu_backend *be, const struct to
         .taken = (uint8_t *)(ws + L->taken), .w = (float *)(ws + L->w),
         .mu = (double *)(ws + L->mu), .near = (double *)(ws + L->near),
         .pairs = ws + L->pairs, .be = be, .job = job, .plan = plan, .nthreads = nt,
+        .near_dots = -1,
     };
     return s;
 }
 
 /* The norms of a set whose rows are packed ahead (packs_ahead), from the
  * packing; where slot B cannot be allocated, from a pass of their own.
- * check_finite found every other row and CLS value finite, so a non-finite
- * row here is the first of the call. */
+ * For the FMA kernels, where the pivot is known before any product (CLS,
+ * FIXED), the packing also leaves every row's raw dot product with the
+ * pivot's in s->near, for the first batch's estimate (select_greedy.c,
+ * first_values). check_finite found every other row and CLS value finite,
+ * so a non-finite row here is the first of the call. */
 static todre_status pack_ahead(struct todre_sel_seg *s, enum rows_kernel kern, double *scale,
                                struct todre_diag *diag)
 {
     const struct todre_select_job *job = s->job;
     int64_t bad = s->row0 + s->n;
+    const int64_t p = kern == ROWS_FMA ? todre_sel_pivot_ahead(s) : -1;
     if (kern == ROWS_AMX ? todre_sel_amx_rows_prepack(s, scale)
-                         : todre_sel_rows_fma_prepack(s, scale)) {
+                         : todre_sel_rows_fma_prepack(s, scale, p, s->near)) {
+        s->near_dots = p;
         for (int64_t i = s->n - 1; i >= 0; i--) {
             if (!isfinite(scale[i])) bad = s->row0 + i;
             scale[i] = inv_norm(scale[i]);

@@ -52,7 +52,7 @@ struct todre_sel_seg {
     float *w;       /* [d] the fp32 vector of a GEMV; [TODRE_SEL_LOOKAHEAD_THREADS x d]:
                      * one per thread of the ROWS lookahead (select_greedy.c) */
     double *mu;     /* [d] */
-    double *near;   /* [n] ISOLATED scores */
+    double *near;   /* [n] ISOLATED scores; the first batch's estimate (select_greedy.c) */
     void *pairs;    /* [n] 16-byte records (CLS_TOPK sort) */
 
     struct todre_cpu_backend *be;
@@ -69,6 +69,9 @@ struct todre_sel_seg {
      * (FMA or AMX) ahead of the run, taking the norms from that pass
      * (todre_sel_rows_fma_prepack, todre_sel_amx_rows_prepack), else 0 */
     uint64_t packed;
+    /* The token whose raw dot products with every row of the set near[]
+     * holds, from the same packing (select.c, pack_ahead), or -1 */
+    int64_t near_dots;
 };
 
 /* Pivot of a MAX_SUM / MAX_MIN set (job->pivot, range applied). Computes
@@ -76,6 +79,10 @@ struct todre_sel_seg {
  * ISOLATED pivot under a GRAM plan. */
 todre_status todre_sel_pivot(struct todre_sel_seg *s, const float **gram, int64_t *pivot,
                              struct todre_diag *diag);
+
+/* The pivot todre_sel_pivot will choose where it needs no norm and no
+ * product (CLS, and the core's FIXED draw), else -1. */
+int64_t todre_sel_pivot_ahead(const struct todre_sel_seg *s);
 
 /* Greedy MAX_SUM / MAX_MIN from pivot p with the plan's strategy; writes the
  * selection order into sel[0..k) and marks s->taken. @p gram: a ready Gram

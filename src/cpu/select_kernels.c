@@ -43,15 +43,30 @@ static inline float ld_bf16(const void *p, int64_t i) { return todre_bf16_to_f32
         for (; i < d; i++) a[0] += ld_##T(row, i) * w[i];                        \
         return (a[0] + a[1]) + (a[2] + a[3]);                                    \
     }                                                                            \
-    static double sumsq_scalar_##T(const void *row, int64_t len, double *st, int last) \
+    static inline double sumsq_body_scalar_##T(const void *row, int64_t len, double *st,    \
+                                               int last, const float *w, float *wst,     \
+                                               double *dot, const int with_dot)          \
     {                                                                            \
         double s = st[0];                                                        \
+        float t = with_dot ? wst[0] : 0.0f;                                      \
         for (int64_t i = 0; i < len; i++) {                                      \
             double v = ld_##T(row, i);                                           \
             s += v * v;                                                          \
+            if (with_dot) t += ld_##T(row, i) * w[i];                            \
         }                                                                        \
         st[0] = s;                                                               \
+        if (with_dot) wst[0] = t;                                                \
+        if (with_dot && last) *dot = t;                                          \
         return last ? s : 0.0;                                                   \
+    }                                                                            \
+    static double sumsq_scalar_##T(const void *row, int64_t len, double *st, int last) \
+    {                                                                            \
+        return sumsq_body_scalar_##T(row, len, st, last, NULL, NULL, NULL, 0);   \
+    }                                                                            \
+    static double sumsq_dot_scalar_##T(const void *row, int64_t len, double *st, int last, \
+                                       const float *w, float *wst, double *dot)  \
+    {                                                                            \
+        return sumsq_body_scalar_##T(row, len, st, last, w, wst, dot, 1);        \
     }                                                                            \
     static void widen_scalar_##T(const void *row, int64_t d, float scale, float *out) \
     {                                                                            \
@@ -98,9 +113,9 @@ static int64_t update_scalar(double *acc, const uint8_t *taken, const float *g,
 }
 
 static const struct todre_sel_kernels k_scalar[3] = {
-    {dot_scalar_f32, dot4_scalar_f32, sumsq_scalar_f32, widen_scalar_f32, update_scalar, "generic"},
-    {dot_scalar_f16, dot4_scalar_f16, sumsq_scalar_f16, widen_scalar_f16, update_scalar, "generic"},
-    {dot_scalar_bf16, dot4_scalar_bf16, sumsq_scalar_bf16, widen_scalar_bf16, update_scalar, "generic"},
+    {dot_scalar_f32, dot4_scalar_f32, sumsq_scalar_f32, sumsq_dot_scalar_f32, widen_scalar_f32, update_scalar, "generic"},
+    {dot_scalar_f16, dot4_scalar_f16, sumsq_scalar_f16, sumsq_dot_scalar_f16, widen_scalar_f16, update_scalar, "generic"},
+    {dot_scalar_bf16, dot4_scalar_bf16, sumsq_scalar_bf16, sumsq_dot_scalar_bf16, widen_scalar_bf16, update_scalar, "generic"},
 };
 
 #ifdef TODRE_SEL_X86
@@ -152,9 +167,12 @@ T_AVX2 static inline double hsum4d(__m256d v)
         for (; i < d; i++) s += ld_##T(row, i) * w[i];                           \
         return s;                                                                \
     }                                                                            \
-    T_AVX2 static double sumsq_avx2_##T(const void *row, int64_t len, double *st, int last) \
+    T_AVX2 static inline __attribute__((always_inline)) double sumsq_body_avx2_##T(        \
+        const void *row, int64_t len, double *st, int last, const float *w, float *wst,     \
+        double *dot, const int with_dot)                                         \
     {                                                                            \
         __m256d a0 = _mm256_loadu_pd(st), a1 = _mm256_loadu_pd(st + 4);         \
+        __m256 d0 = with_dot ? _mm256_loadu_ps(wst) : _mm256_setzero_ps();      \
         int64_t i = 0;                                                           \
         for (; i + 8 <= len; i += 8) {                                           \
             __m256 v = v8_##T(row, i);                                           \
@@ -162,16 +180,30 @@ T_AVX2 static inline double hsum4d(__m256d v)
             __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));           \
             a0 = _mm256_fmadd_pd(lo, lo, a0);                                    \
             a1 = _mm256_fmadd_pd(hi, hi, a1);                                    \
+            if (with_dot) d0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w + i), d0);   \
         }                                                                        \
         _mm256_storeu_pd(st, a0);                                                \
         _mm256_storeu_pd(st + 4, a1);                                            \
+        if (with_dot) _mm256_storeu_ps(wst, d0);                                 \
         if (!last) return 0.0;                                                   \
         double s = hsum4d(_mm256_add_pd(a0, a1));                                \
+        float t = with_dot ? hsum8(d0) : 0.0f;                                   \
         for (; i < len; i++) {                                                   \
             double v = ld_##T(row, i);                                           \
             s += v * v;                                                          \
+            if (with_dot) t += ld_##T(row, i) * w[i];                            \
         }                                                                        \
+        if (with_dot) *dot = t;                                                  \
         return s;                                                                \
+    }                                                                            \
+    T_AVX2 static double sumsq_avx2_##T(const void *row, int64_t len, double *st, int last) \
+    {                                                                            \
+        return sumsq_body_avx2_##T(row, len, st, last, NULL, NULL, NULL, 0);     \
+    }                                                                            \
+    T_AVX2 static double sumsq_dot_avx2_##T(const void *row, int64_t len, double *st, int last, \
+                                            const float *w, float *wst, double *dot) \
+    {                                                                            \
+        return sumsq_body_avx2_##T(row, len, st, last, w, wst, dot, 1);          \
     }                                                                            \
     T_AVX2 static void widen_avx2_##T(const void *row, int64_t d, float scale, float *out) \
     {                                                                            \
@@ -273,9 +305,9 @@ update_avx2(double *acc, const uint8_t *taken, const float *g, const double *sca
 }
 
 static const struct todre_sel_kernels k_avx2[3] = {
-    {dot_avx2_f32, dot4_avx2_f32, sumsq_avx2_f32, widen_avx2_f32, update_avx2, "avx2"},
-    {dot_avx2_f16, dot4_avx2_f16, sumsq_avx2_f16, widen_avx2_f16, update_avx2, "avx2"},
-    {dot_avx2_bf16, dot4_avx2_bf16, sumsq_avx2_bf16, widen_avx2_bf16, update_avx2, "avx2"},
+    {dot_avx2_f32, dot4_avx2_f32, sumsq_avx2_f32, sumsq_dot_avx2_f32, widen_avx2_f32, update_avx2, "avx2"},
+    {dot_avx2_f16, dot4_avx2_f16, sumsq_avx2_f16, sumsq_dot_avx2_f16, widen_avx2_f16, update_avx2, "avx2"},
+    {dot_avx2_bf16, dot4_avx2_bf16, sumsq_avx2_bf16, sumsq_dot_avx2_bf16, widen_avx2_bf16, update_avx2, "avx2"},
 };
 
 /* ---- AVX-512F (16 lanes) -------------------------------------------------- */
@@ -313,9 +345,12 @@ T_AVX512 static inline __m512 v16_bf16(const void *p, int64_t i)
         for (; i < d; i++) s += ld_##T(row, i) * w[i];                           \
         return s;                                                                \
     }                                                                            \
-    T_AVX512 static double sumsq_avx512_##T(const void *row, int64_t len, double *st, int last) \
+    T_AVX512 static inline __attribute__((always_inline)) double sumsq_body_avx512_##T(    \
+        const void *row, int64_t len, double *st, int last, const float *w, float *wst,     \
+        double *dot, const int with_dot)                                         \
     {                                                                            \
         __m512d a0 = _mm512_loadu_pd(st), a1 = _mm512_loadu_pd(st + 8);         \
+        __m512 d0 = with_dot ? _mm512_loadu_ps(wst) : _mm512_setzero_ps();      \
         int64_t i = 0;                                                           \
         for (; i + 16 <= len; i += 16) {                                         \
             __m512 v = v16_##T(row, i);                                          \
@@ -324,16 +359,31 @@ T_AVX512 static inline __m512 v16_bf16(const void *p, int64_t i)
                 _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))); \
             a0 = _mm512_fmadd_pd(lo, lo, a0);                                    \
             a1 = _mm512_fmadd_pd(hi, hi, a1);                                    \
+            if (with_dot) d0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(w + i), d0);   \
         }                                                                        \
         _mm512_storeu_pd(st, a0);                                                \
         _mm512_storeu_pd(st + 8, a1);                                            \
+        if (with_dot) _mm512_storeu_ps(wst, d0);                                 \
         if (!last) return 0.0;                                                   \
         double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));                  \
+        float t = with_dot ? _mm512_reduce_add_ps(d0) : 0.0f;                    \
         for (; i < len; i++) {                                                   \
             double v = ld_##T(row, i);                                           \
             s += v * v;                                                          \
+            if (with_dot) t += ld_##T(row, i) * w[i];                            \
         }                                                                        \
+        if (with_dot) *dot = t;                                                  \
         return s;                                                                \
+    }                                                                            \
+    T_AVX512 static double sumsq_avx512_##T(const void *row, int64_t len, double *st, int last) \
+    {                                                                            \
+        return sumsq_body_avx512_##T(row, len, st, last, NULL, NULL, NULL, 0);   \
+    }                                                                            \
+    T_AVX512 static double sumsq_dot_avx512_##T(const void *row, int64_t len, double *st,      \
+                                                int last, const float *w, float *wst,    \
+                                                double *dot)                             \
+    {                                                                            \
+        return sumsq_body_avx512_##T(row, len, st, last, w, wst, dot, 1);        \
     }                                                                            \
     T_AVX512 static void widen_avx512_##T(const void *row, int64_t d, float scale, float *out) \
     {                                                                            \
@@ -433,9 +483,9 @@ T_AVX512 static int64_t update_avx512(double *acc, const uint8_t *taken, const f
 #undef RNE
 
 static const struct todre_sel_kernels k_avx512[3] = {
-    {dot_avx512_f32, dot4_avx512_f32, sumsq_avx512_f32, widen_avx512_f32, update_avx512, "avx512"},
-    {dot_avx512_f16, dot4_avx512_f16, sumsq_avx512_f16, widen_avx512_f16, update_avx512, "avx512"},
-    {dot_avx512_bf16, dot4_avx512_bf16, sumsq_avx512_bf16, widen_avx512_bf16, update_avx512, "avx512"},
+    {dot_avx512_f32, dot4_avx512_f32, sumsq_avx512_f32, sumsq_dot_avx512_f32, widen_avx512_f32, update_avx512, "avx512"},
+    {dot_avx512_f16, dot4_avx512_f16, sumsq_avx512_f16, sumsq_dot_avx512_f16, widen_avx512_f16, update_avx512, "avx512"},
+    {dot_avx512_bf16, dot4_avx512_bf16, sumsq_avx512_bf16, sumsq_dot_avx512_bf16, widen_avx512_bf16, update_avx512, "avx512"},
 };
 
 #endif /* TODRE_SEL_X86 */

@@ -36,6 +36,17 @@ typedef void (*todre_sel_dot4_fn)(const void *const *rows, const float *w, int64
 typedef double (*todre_sel_sumsq_fn)(const void *row, int64_t len, double *st, int last);
 #define TODRE_SEL_SUMSQ_STATE 16 /* two chains of 8 (AVX-512) */
 #define TODRE_SEL_SUMSQ_PART 16  /* a multiple of every level's vector step */
+/* As sumsq, bitwise the same squared norm, and in the same pass the row's
+ * dot product with w (w[0..len) for this part): fp32 products of the exact
+ * values summed in the level's fp32 lanes, carried between parts in
+ * wst[0..TODRE_SEL_DOT_STATE) (zero before a row's first part), folded in
+ * the row's last part into *dot. Parts cut at multiples of
+ * TODRE_SEL_SUMSQ_PART give the dot of one part bitwise (its lanes do not
+ * depend on the cuts); not bitwise the level's dot, whose chains differ.
+ * The ROWS packing makes the pivot's dots with it (select_rows.c). */
+typedef double (*todre_sel_sumsq_dot_fn)(const void *row, int64_t len, double *st, int last,
+                                         const float *w, float *wst, double *dot);
+#define TODRE_SEL_DOT_STATE 16 /* one chain of 16 (AVX-512) */
 /* out[i] = (float)row[i] * scale (exact when scale is 1 or a power of two). */
 typedef void (*todre_sel_widen_fn)(const void *row, int64_t d, float scale, float *out);
 
@@ -55,6 +66,7 @@ struct todre_sel_kernels {
     todre_sel_dot_fn dot;
     todre_sel_dot4_fn dot4;
     todre_sel_sumsq_fn sumsq;
+    todre_sel_sumsq_dot_fn sumsq_dot;
     todre_sel_widen_fn widen;
     todre_sel_update_fn update;
     const char *isa; /* "avx512", "avx2", "generic" */

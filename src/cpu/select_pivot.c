@@ -85,6 +85,14 @@ static todre_status pivot_isolated(struct todre_sel_seg *s, int64_t lo, int64_t 
     return TODRE_OK;
 }
 
+int64_t todre_sel_pivot_ahead(const struct todre_sel_seg *s)
+{
+    const struct todre_select_job *j = s->job;
+    int64_t lo = j->pivot_lo, hi = j->pivot_hi < 0 ? s->n : j->pivot_hi;
+    if (j->pivot == TODRE_PIVOT_FIXED) return j->seg_pivot[s->index];
+    return j->pivot == TODRE_PIVOT_CLS ? pivot_cls(s, lo, hi) : -1;
+}
+
 todre_status todre_sel_pivot(struct todre_sel_seg *s, const float **gram, int64_t *pivot,
                              struct todre_diag *diag)
 {

@@ -149,18 +149,24 @@ static inline int col_at(const struct todre_sel_rows_fma *f, int j)
  * at col_at); rows past n are zero. With ss, also every row's squared norm
  * into ss[0..n), each row summed block by block as the block is packed
  * (from L1, in the same pass over the rows), the parts cut at multiples of
- * KC, so bitwise todre_sel_sumsq's (select_kernels.h). */
+ * KC, so bitwise todre_sel_sumsq's (select_kernels.h). With pw (a row
+ * widened to fp32; ss given), also every row's dot product with it into
+ * dots[0..n), in the same kernel call (sumsq_dot): a pass of its own
+ * re-read the rows from memory, 1.5-1.9 ms of a 45 ms call at n = 2880, d =
+ * 4096 (2 threads; docs/benchmarks.md, session 15). */
 _Static_assert(KC % TODRE_SEL_SUMSQ_PART == 0, "norms in parts of K blocks");
 
 static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f,
-                      double *ss)
+                      double *ss, const float *pw, double *dots)
 {
     const int64_t d = s->d, np = f->npad / NR, es = esize(f->dtype);
 #pragma omp parallel for num_threads(s->nthreads) schedule(static)
     for (int64_t p = 0; p < np; p++) {
         double st[NR][TODRE_SEL_SUMSQ_STATE]; /* the panel's rows' partial sums */
+        float wst[NR][TODRE_SEL_DOT_STATE];   /* and dot products with pw */
         const int real = s->n - p * NR < NR ? (int)(s->n - p * NR) : NR;
         if (ss) memset(st, 0, sizeof st);
+        if (pw) memset(wst, 0, sizeof wst);
         for (int64_t kb = 0; kb * KC < d; kb++) {
             int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
             char *dst = (char *)f->cols + panel_at(d, kb, p) * es;
@@ -203,7 +209,9 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
             const int last = k0 + kl == d;
             for (int j = 0; j < real; j++) {
                 const char *x = (const char *)todre_sel_row(s->rows, s->dtype, s->stride, p * NR + j);
-                double sum = s->kern->sumsq(x + k0 * es, kl, st[j], last);
+                double sum = pw ? s->kern->sumsq_dot(x + k0 * es, kl, st[j], last, pw + k0, wst[j],
+                                                     dots + p * NR + j)
+                                : s->kern->sumsq(x + k0 * es, kl, st[j], last);
                 if (last) ss[p * NR + j] = sum;
             }
         }
@@ -426,7 +434,7 @@ static void set_kernel(struct todre_sel_rows_fma *f)
  * already, todre_sel_rows_fma_prepack); with ss, the rows' squared norms
  * from the same pass (pack_cols). */
 static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, char *b,
-                         int packed, double *ss)
+                         int packed, double *ss, const float *pw, double *dots)
 {
     f->npad = pad_nr(s->n);
     f->dtype = s->dtype;
@@ -434,15 +442,17 @@ static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, 
     f->cols = b;
     f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
     set_kernel(f);
-    if (!packed) pack_cols(s, f, ss);
+    if (!packed) pack_cols(s, f, ss, pw, dots);
 }
 
-int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss)
+int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss, int64_t pivot, double *dots)
 {
     char *b = todre_cpu_workspace(s->be, TODRE_CPU_WS_SELECT_B, pack_bytes(s->n, s->d, s->dtype));
     if (!b) return 0;
     struct todre_sel_rows_fma f;
-    set_operands(s, &f, b, 0, ss);
+    if (pivot >= 0)
+        s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, pivot), s->d, 1.0f, s->w);
+    set_operands(s, &f, b, 0, ss, pivot >= 0 ? s->w : NULL, dots);
     s->packed = todre_cpu_workspace_claim(s->be, TODRE_CPU_WS_SELECT_B);
     return 1;
 }
@@ -500,7 +510,7 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
                  (long long)slots, (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
-    set_operands(s, f, b, packed, NULL);
+    set_operands(s, f, b, packed, NULL, NULL, NULL);
     memset(&r->amx, 0, sizeof r->amx);
     size_t rows = (size_t)f->npad * (size_t)(slots + AROWS) * sizeof(float);
     todre_sel_store_init(r, c, rows, f->npad, s->n, slots);
@@ -534,7 +544,7 @@ todre_status todre_sel_gram_fma_upper(struct todre_sel_seg *s, float *g, struct 
                  (long long)s->n);
         return TODRE_ERR_OUT_OF_MEMORY;
     }
-    set_operands(s, &f, b, 0, NULL);
+    set_operands(s, &f, b, 0, NULL, NULL, NULL);
     int64_t ids[AROWS];
     /* batches of AROWS rows: each B block loaded serves AROWS rows, and a
      * batch needs only the panels from its first row's on */

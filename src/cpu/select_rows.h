@@ -65,12 +65,14 @@ int64_t todre_sel_rows_fma_slots(const struct todre_sel_seg *s, int64_t planned)
 
 /* The rows packed for the FMA kernels ahead of the set's run, with every
  * row's squared norm from the same pass into ss[0..n) (bitwise
- * todre_sel_sumsq's; select.c then makes no pass of its own for them).
- * Claims slot B (cpu_internal.h) and records the claim in s->packed, so
- * that todre_sel_rows_fma_init packs nothing again unless the slot was
- * taken since. Returns 0, with nothing done, where slot B cannot be
- * allocated. */
-int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss);
+ * todre_sel_sumsq's; select.c then makes no pass of its own for them) and,
+ * for pivot >= 0, every row's raw dot product with row pivot into
+ * dots[0..n) (sumsq_dot's, select_kernels.h: the first batch's estimate,
+ * select_greedy.c, reads them; s->w is overwritten). Claims slot
+ * B (cpu_internal.h) and records the claim in s->packed, so that
+ * todre_sel_rows_fma_init packs nothing again unless the slot was taken
+ * since. Returns 0, with nothing done, where slot B cannot be allocated. */
+int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss, int64_t pivot, double *dots);
 
 /* As todre_sel_rows_init / todre_sel_rows_batch (select_internal.h), on
  * the FMA kernels. */

@@ -14,7 +14,10 @@
  * products at once): bitwise four calls of dot, and dot within fp32
  * accumulation of a float64 reference. sumsq in parts (the ROWS packing
  * sums each row K block by K block): bitwise the sum in one part, which is
- * within fp64 accumulation of a float64 reference. (dot, sumsq and widen
+ * within fp64 accumulation of a float64 reference; sumsq_dot (the packing's
+ * norms with the pivot's dots): bitwise sumsq's sum, and a dot bitwise the
+ * same in parts as in one, within fp32 accumulation of a float64
+ * reference. (dot, sumsq and widen
  * are also checked through every selection test at every level.) */
 #include <math.h>
 #include <setjmp.h>
@@ -211,8 +214,10 @@ static void test_dot4(void **state)
  * parts of 16, and uneven cuts) gives bitwise its sum in one part, and that
  * sum is within fp64 accumulation of a float64 reference (the squares of
  * fp32 values are exact in fp64); non-finite values give a non-finite sum.
- * Rows of full-precision values over 2^-3..2^3, so that the order of
- * accumulation shows in the last bits. */
+ * sumsq_dot in the same parts gives sumsq's sum bitwise and a dot with w
+ * bitwise its dot in one part, within d * 2^-24 of sum |row[i] w[i]| of a
+ * float64 reference. Rows of full-precision values over 2^-3..2^3, so that
+ * the order of accumulation shows in the last bits. */
 static void test_sumsq_parts(void **state)
 {
     (void)state;
@@ -225,9 +230,11 @@ static void test_sumsq_parts(void **state)
         for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
             const int64_t d = ds[di];
             char *row = malloc((size_t)d * es);
+            float *w = malloc((size_t)d * sizeof(float));
             assert_non_null(row);
+            assert_non_null(w);
             for (int rep = 0; rep < 4; rep++) {
-                double ref = 0;
+                double ref = 0, dref = 0, dabs = 0;
                 for (int64_t i = 0; i < d; i++) {
                     float x = ldexpf((float)unif(), (int)(rnd() % 7) - 3);
                     if (es == 4) memcpy(row + i * 4, &x, 4);
@@ -237,9 +244,24 @@ static void test_sumsq_parts(void **state)
                         x = dts[t] == TODRE_DTYPE_F16 ? todre_f16_to_f32(h) : todre_bf16_to_f32(h);
                     }
                     ref += (double)x * x;
+                    w[i] = ldexpf((float)unif() - 0.5f, (int)(rnd() % 7) - 3);
+                    dref += (double)x * w[i];
+                    dabs += fabs((double)x * w[i]);
                 }
                 double one = todre_sel_sumsq(k, row, d);
                 assert_true(fabs(one - ref) <= (double)d * 2.3e-16 * ref);
+                double dot_one = NAN;
+                {
+                    double st[TODRE_SEL_SUMSQ_STATE] = {0};
+                    float wst[TODRE_SEL_DOT_STATE] = {0};
+                    double sum = k->sumsq_dot(row, d, st, 1, w, wst, &dot_one);
+                    if (!same_bits(sum, one))
+                        fail_msg("sumsq_dot dtype %d d %lld: sum %a, sumsq's %a", (int)dts[t],
+                                 (long long)d, sum, one);
+                    if (!(fabs(dot_one - dref) <= (double)d * 0x1p-24 * dabs))
+                        fail_msg("sumsq_dot dtype %d d %lld: dot %.9g, float64 %.9g", (int)dts[t],
+                                 (long long)d, dot_one, dref);
+                }
                 /* cuts: every 128, every 16, and at 16 * (1 + rep) then 48 */
                 const int64_t steps[3][2] = {{128, 128}, {16, 16}, {16 * (1 + rep), 48}};
                 for (int c = 0; c < 3; c++) {
@@ -258,6 +280,22 @@ static void test_sumsq_parts(void **state)
                         fail_msg("sumsq dtype %d d %lld cut %d: %a in parts, %a in one", (int)dts[t],
                                  (long long)d, c, got, one);
                     checked_parts += d > steps[c][0];
+                    /* sumsq_dot in the same parts */
+                    double st2[TODRE_SEL_SUMSQ_STATE] = {0}, dot = NAN;
+                    float wst[TODRE_SEL_DOT_STATE] = {0};
+                    at = 0;
+                    for (int part = 0;; part++) {
+                        int64_t len = part == 0 ? steps[c][0] : steps[c][1];
+                        int last = at + len >= d;
+                        if (last) len = d - at;
+                        got = k->sumsq_dot(row + at * (int64_t)es, len, st2, last, w + at, wst, &dot);
+                        at += len;
+                        if (!last) assert_true(got == 0.0);
+                        else break;
+                    }
+                    if (!same_bits(got, one) || !same_bits(dot, dot_one))
+                        fail_msg("sumsq_dot dtype %d d %lld cut %d: sum %a dot %a in parts, %a %a "
+                                 "in one", (int)dts[t], (long long)d, c, got, dot, one, dot_one);
                 }
                 /* a non-finite value anywhere: a non-finite sum */
                 int64_t at = (int64_t)(rnd() % (uint64_t)d);
@@ -270,6 +308,7 @@ static void test_sumsq_parts(void **state)
                 }
                 assert_false(isfinite(todre_sel_sumsq(k, row, d)));
             }
+            free(w);
             free(row);
         }
     }
