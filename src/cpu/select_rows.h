@@ -45,7 +45,7 @@ typedef void (*todre_sel_rows_micro_fn)(const float *a, const void *b, int64_t k
 
 /* Packed operands of the FMA ROWS kernels. */
 struct todre_sel_rows_fma {
-    void *cols;        /* all rows as panels: [panel][K block][k][NR] */
+    void *cols;        /* all rows as panels: [panel][K block][k][NR] (pair: [k / 2][NR][2]) */
     float *a;          /* the batch: [K block][mr group][k][mr], fp32 */
     int64_t npad;      /* n rounded up to NR (the store's row length) */
     todre_dtype dtype; /* of cols: as stored (f32, f16, bf16) */
@@ -53,6 +53,7 @@ struct todre_sel_rows_fma {
     todre_sel_rows_micro_fn micro; /* the kernel for dtype at this level */
     int mr;            /* batch rows per call of micro */
     int perm;          /* panel columns stored in col_at's order (select_rows.c) */
+    int pair;          /* k rows stored in interleaved pairs (select_rows.c, at_kj) */
 };
 
 /* Whether the FMA ROWS kernels serve this process (AVX2 or AVX-512 level). */
