@@ -9,7 +9,8 @@
  * Micro-kernels: on AVX2 MR x NR = 6 x 16, 12 accumulators of 8 lanes
  * (enough independent chains to hide the FMA latency), 2 panel loads and 6
  * broadcasts per 12 FMAs; on AVX-512 MR_WIDE x NR = 12 x 16, 12 zmm
- * accumulators, 1 panel load and 12 broadcasts per 12 FMAs. */
+ * accumulators, 1 panel load and 12 broadcasts per 12 FMAs (bf16: one load
+ * per 24, from panels of interleaved k pairs: at_kj). */
 #include "select_rows.h"
 
 #include <math.h>

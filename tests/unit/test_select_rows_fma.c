@@ -22,6 +22,10 @@
  * On the generic level a ROWS request runs as GRAM or GEMV (no FMA ROWS
  * there): part 1 and the oracle still apply, the near-tie equality not. */
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -537,6 +541,79 @@ static void test_bf16_as_its_f32_widening(void **state)
     free(x32);
 }
 
+/* Busy threads that hold the cores, yielding now and then, so that the
+ * scheduler parks the lookahead's helpers at arbitrary points. */
+static atomic_int spin_stop;
+
+static void *spinner(void *arg)
+{
+    uint32_t x = (uint32_t)(uintptr_t)arg;
+    while (!atomic_load_explicit(&spin_stop, memory_order_relaxed)) {
+        x = x * 1103515245u + 12345u;
+        for (volatile uint32_t i = 0; i < 2000u + (x >> 20); i++) {
+        }
+        if ((x >> 13) % 4 == 0) sched_yield();
+    }
+    return NULL;
+}
+
+/* The lookahead's team (src/cpu/select_greedy.c) where other threads hold
+ * the cores: its helpers are parked mid-job, the master takes their
+ * unclaimed groups, waits a little for claimed ones and otherwise makes
+ * them itself, and a set whose helpers fall behind goes back to one
+ * thread. Whatever the interleaving, the mini-rows must be bitwise the
+ * serial ones: on 2 threads beside 2 busy ones, 8 calls per set and
+ * objective must make the rows, and select the tokens, that 1 thread does
+ * alone (rows made, TODRE_CONTEXT_EXP_SELECT_ROWS_MADE, show any mini-row
+ * that differs: the speculation follows it). k = 40 (4 to 5 batches a
+ * call), the two-group sets of test_first_batch_from_pivot, f32 and bf16.
+ * Not on the generic level (no ROWS). */
+static void test_team_under_contention(void **state)
+{
+    (void)state;
+    if (!fma_rows()) {
+        printf("no FMA rows on this level: no lookahead\n");
+        return;
+    }
+    static const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_BF16};
+    const int64_t k = 40;
+    int64_t ref[40], sel[40];
+    float *x32 = malloc(sizeof(float) * N * LD);
+    assert_non_null(x32);
+    pthread_t spin[2];
+    atomic_store(&spin_stop, 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&spin[i], NULL, spinner, (void *)(uintptr_t)(7 + i)), 0);
+    int64_t calls = 0;
+    for (size_t di = 0; di < 2; di++) {
+        for (uint64_t seed = 1; seed <= 2; seed++) {
+            tt_fill_clustered(x32, 100, D, LD, 1, 0.3, 300 + seed);
+            tt_fill_clustered(x32 + 100 * LD, N - 100, D, LD, 10, 0.3, 400 + seed);
+            void *x = as_dtype(x32, dts[di]);
+            for (int obj = 0; obj < 2; obj++) {
+                int64_t want = rows_made(x, dts[di], (todre_objective)obj, TODRE_PIVOT_CLS, k, ROWS,
+                                         1, ref);
+                for (int rep = 0; rep < 8; rep++, calls++) {
+                    int64_t made = rows_made(x, dts[di], (todre_objective)obj, TODRE_PIVOT_CLS, k,
+                                             ROWS, 2, sel);
+                    if (made != want)
+                        fail_msg("dtype %d seed %llu objective %d call %d, busy cores: %lld rows "
+                                 "made on 2 threads, %lld on 1",
+                                 (int)dts[di], (unsigned long long)seed, obj, rep, (long long)made,
+                                 (long long)want);
+                    assert_same(ref, sel, k, "busy cores, 2 threads vs 1", dts[di], obj,
+                                TODRE_PIVOT_CLS, (struct run){ROWS, DEFAULT_LIMIT, 2});
+                }
+            }
+            free(x);
+        }
+    }
+    atomic_store(&spin_stop, 1);
+    for (int i = 0; i < 2; i++) pthread_join(spin[i], NULL);
+    printf("%lld calls on busy cores, rows and selections as on 1 thread\n", (long long)calls);
+    free(x32);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -546,6 +623,7 @@ int main(void)
         cmocka_unit_test(test_nonfinite_report_in_batch),
         cmocka_unit_test(test_first_batch_from_pivot),
         cmocka_unit_test(test_bf16_as_its_f32_widening),
+        cmocka_unit_test(test_team_under_contention),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
