@@ -446,13 +446,13 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
  * the lookahead's candidates would be the lowest indices. From dot
  * products of the stored rows with c's: the packing's where it made them
  * (s->near_dots == c: select.c, pack_ahead), else the GEMV step's pass
- * (1.2-1.4 ms of a 40 ms call at n = 2880, d = 4096, 2 threads, re-reading
- * the rows from memory); not the batch kernel's bits, and only the batch's
- * choice depends on them. Measured at n = 2880, d = 4096, k = 288 (FMA
- * kernels): the first batch of 12 makes 9 used rows instead of 3, 294 rows
- * in all instead of 303 (docs/benchmarks.md, session 14). Not for AMX,
- * whose batches of 32 cost about what the pass does (measured 6 % slower
- * at n = 576, k = 64, where the FMA kernels gain 5-12 %). */
+ * (1.25-1.9 ms of a 40-65 ms call at n = 2880, d = 4096, 2 threads,
+ * re-reading the rows from memory); not the batch kernel's bits, and only
+ * the batch's choice depends on them. Measured at n = 2880, d = 4096, k =
+ * 288 (FMA kernels): the first batch of 12 makes 9 used rows instead of 3,
+ * 294 rows in all instead of 303 (docs/benchmarks.md, session 14). Not for
+ * AMX, whose batches of 32 cost about what the pass does (measured 6 %
+ * slower at n = 576, k = 64, where the FMA kernels gain 5-12 %). */
 static const double *first_values(struct todre_sel_seg *s, int64_t c, int maxmin)
 {
     if (s->near_dots != c) {
