@@ -57,7 +57,7 @@ struct run {
     int64_t strategy, limit, threads;
 };
 
-/* ROWS ... over the first d columns of each row (d <= D). */
+/* select_rows (below) over the first d columns of each row (d <= D). */
 static void select_rows_d(const void *x, todre_dtype dt, int64_t d, todre_objective obj,
                           todre_pivot piv, int64_t k, struct run r, int64_t *sel)
 {
@@ -378,10 +378,10 @@ static void test_nonfinite_report_in_batch(void **state)
     free(x32);
 }
 
-/* Rows made by one call (TODRE_CONTEXT_EXP_SELECT_ROWS_MADE), from pivot 0
- * (the CLS map's largest value), k tokens, @p strategy, @p threads (0:
- * all); the context is used twice, ROWS first (the count is the last
- * call's). */
+/* Rows made by one call (TODRE_CONTEXT_EXP_SELECT_ROWS_MADE), from pivot
+ * @p piv (CLS: row 0, the CLS map's largest value), k tokens, @p strategy,
+ * @p threads (0: all); the context is used twice, ROWS first (the count is
+ * the last call's). */
 static int64_t rows_made(const void *x, todre_dtype dt, todre_objective obj, todre_pivot piv,
                          int64_t k, int64_t strategy, int64_t threads, int64_t *sel)
 {
