@@ -157,15 +157,15 @@ static inline int64_t at_kj(const struct todre_sel_rows_fma *f, int64_t kk, int 
 }
 
 /* All rows into panels, as stored (no conversion): panel p, K block kb holds
- * rows [p NR, p NR + NR) x columns [kb KC, kb KC + kl) as [k][NR] (value kk
- * of column j at at_kj); rows past n are zero. With ss, also every row's squared norm
- * into ss[0..n), each row summed block by block as the block is packed
- * (from L1, in the same pass over the rows), the parts cut at multiples of
- * KC, so bitwise todre_sel_sumsq's (select_kernels.h). With pw (a row
- * widened to fp32; ss given), also every row's dot product with it into
- * dots[0..n), in the same kernel call (sumsq_dot): a pass of its own
- * re-read the rows from memory, 1.5-1.9 ms of a 45 ms call at n = 2880, d =
- * 4096 (2 threads; docs/benchmarks.md, session 15). */
+ * rows [p NR, p NR + NR) x columns [kb KC, kb KC + kl) (value kk of column
+ * j at at_kj); rows past n are zero. With ss, also every row's squared
+ * norm into ss[0..n), each row summed block by block as the block is
+ * packed (from L1, in the same pass over the rows), the parts cut at
+ * multiples of KC, so bitwise todre_sel_sumsq's (select_kernels.h). With pw
+ * (a row widened to fp32; ss given), also every row's dot product with it
+ * into dots[0..n), in the same kernel call (sumsq_dot): a pass of its own
+ * re-read the rows from memory, 1.25-1.9 ms of a 40-65 ms call at n =
+ * 2880, d = 4096 (2 threads; docs/benchmarks.md, session 15). */
 _Static_assert(KC % TODRE_SEL_SUMSQ_PART == 0, "norms in parts of K blocks");
 
 static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f,
@@ -426,9 +426,9 @@ MICRO_AVX512(bf16)
  * the ports the FMAs use: 26 such operations per 24 FMAs instead of 28.
  * Each accumulator still takes k, then k + 1, so the sums are bitwise the
  * kernel's above (kl is even: set_kernel). Standalone on Emerald Rapids
- * (docs/benchmarks.md, session 15): +14 % with the panels in L1, +3-8 %
- * streamed from L3 as in a call, more where another thread shares the
- * core's ports. */
+ * (docs/benchmarks.md, session 15): +14 % with the panels in L1, +0-8 %
+ * streamed from L3 as in a call (the more, the more another thread
+ * competes for the core's ports). */
 T_AVX512 static void micro_avx512_bf16_pair(const float *a, const void *b, int64_t kl, float *c,
                                             int64_t ldc, int first, int rows)
 {
