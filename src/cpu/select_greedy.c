@@ -48,19 +48,24 @@ static inline void fold(double *acc, int64_t v, double sim, int maxmin)
 
 /* out[v] <- s->acc[v] moved on by s(v, c), for every untaken v, from one
  * matrix-vector product over the set's rows: the GEMV step (out = s->acc),
- * or the first batch's estimate (first_values). */
-static void gemv_fold(struct todre_sel_seg *s, int64_t c, int maxmin, double *out)
+ * or the first batch's estimate (first_values); or, with dots, from the raw
+ * dot products with c already made (dots may be out: each is read before
+ * its place is written). */
+static void gemv_fold(struct todre_sel_seg *s, int64_t c, int maxmin, double *out,
+                      const double *dots)
 {
-    const void *rc = todre_sel_row(s->rows, s->dtype, s->stride, c);
-    s->kern->widen(rc, s->d, 1.0f, s->w); /* exact: the stored values */
+    if (!dots) /* exact: the stored values */
+        s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, c), s->d, 1.0f, s->w);
     double sc = s->scale[c];
     /* dynamic: a core busy with another process then does less of the step */
 #pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 64)
     for (int64_t v = 0; v < s->n; v++) {
         if (s->taken[v]) continue;
+        double dot = dots ? dots[v]
+                          : (double)s->kern->dot(todre_sel_row(s->rows, s->dtype, s->stride, v),
+                                                 s->w, s->d);
         if (out != s->acc) out[v] = s->acc[v];
-        float dot = s->kern->dot(todre_sel_row(s->rows, s->dtype, s->stride, v), s->w, s->d);
-        fold(out, v, (double)dot * (s->scale[v] * sc), maxmin);
+        fold(out, v, dot * (s->scale[v] * sc), maxmin);
     }
 }
 
@@ -455,20 +460,10 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
  * slower at n = 576, k = 64, where the FMA kernels gain 5-12 %). */
 static const double *first_values(struct todre_sel_seg *s, int64_t c, int maxmin)
 {
-    if (s->near_dots != c) {
-        gemv_fold(s, c, maxmin, s->near); /* taken rows are skipped by best_values */
-        return s->near;
-    }
-    const double sc = s->scale[c];
-    double *near = s->near;
-    for (int64_t v = 0; v < s->n; v++) {
-        if (s->taken[v]) continue;
-        double sim = near[v] * (s->scale[v] * sc);
-        near[v] = s->acc[v];
-        fold(near, v, sim, maxmin);
-    }
+    /* taken rows are skipped by best_values */
+    gemv_fold(s, c, maxmin, s->near, s->near_dots == c ? s->near : NULL);
     s->near_dots = -1;
-    return near;
+    return s->near;
 }
 
 /* The batch for c, which has no row: c, then up to min(rows_batch - 1,
@@ -524,7 +519,7 @@ todre_status todre_sel_greedy(struct todre_sel_seg *s, int64_t p, const float *g
         } else if (gram) {
             c = update_row(s, gram + c * s->n, c, maxmin, sign);
         } else {
-            gemv_fold(s, c, maxmin, s->acc);
+            gemv_fold(s, c, maxmin, s->acc, NULL);
             c = todre_sel_argbest(s->acc, s->taken, s->n, sign);
         }
     }

@@ -50,9 +50,10 @@ static inline float ld_bf16(const void *p, int64_t i) { return todre_bf16_to_f32
         double s = st[0];                                                        \
         float t = with_dot ? wst[0] : 0.0f;                                      \
         for (int64_t i = 0; i < len; i++) {                                      \
-            double v = ld_##T(row, i);                                           \
+            float x = ld_##T(row, i);                                            \
+            double v = x;                                                        \
             s += v * v;                                                          \
-            if (with_dot) t += ld_##T(row, i) * w[i];                            \
+            if (with_dot) t += x * w[i];                                         \
         }                                                                        \
         st[0] = s;                                                               \
         if (with_dot) wst[0] = t;                                                \
@@ -189,9 +190,10 @@ T_AVX2 static inline double hsum4d(__m256d v)
         double s = hsum4d(_mm256_add_pd(a0, a1));                                \
         float t = with_dot ? hsum8(d0) : 0.0f;                                   \
         for (; i < len; i++) {                                                   \
-            double v = ld_##T(row, i);                                           \
+            float x = ld_##T(row, i);                                            \
+            double v = x;                                                        \
             s += v * v;                                                          \
-            if (with_dot) t += ld_##T(row, i) * w[i];                            \
+            if (with_dot) t += x * w[i];                                         \
         }                                                                        \
         if (with_dot) *dot = t;                                                  \
         return s;                                                                \
@@ -368,9 +370,10 @@ T_AVX512 static inline __m512 v16_bf16(const void *p, int64_t i)
         double s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));                  \
         float t = with_dot ? _mm512_reduce_add_ps(d0) : 0.0f;                    \
         for (; i < len; i++) {                                                   \
-            double v = ld_##T(row, i);                                           \
+            float x = ld_##T(row, i);                                            \
+            double v = x;                                                        \
             s += v * v;                                                          \
-            if (with_dot) t += ld_##T(row, i) * w[i];                            \
+            if (with_dot) t += x * w[i];                                         \
         }                                                                        \
         if (with_dot) *dot = t;                                                  \
         return s;                                                                \
