@@ -43,8 +43,8 @@ extern "C" {
 /* Bumped on any change to the structs or the table below; the loader refuses
  * a module built against another value. 3: caps.rows_fma_batch and
  * caps.rows_fast_dtypes (a core reading them from a module built before
- * would read past its caps). 4: params.rows_made. */
-#define TODRE_BACKEND_ABI_VERSION 4u
+ * would read past its caps). 4: params.rows_made. 5: caps.fma_dp_dtypes. */
+#define TODRE_BACKEND_ABI_VERSION 5u
 
 /* Where a backend writes the detail text of a failure (NUL-terminated,
  * truncated to cap). The core copies it into the context's message. */
@@ -118,6 +118,11 @@ struct todre_backend_caps {
      * through the split, stream 4 bytes a value and ran 1.3-1.45x slower
      * than the AVX-512 FMA kernels, docs/benchmarks.md). */
     uint32_t rows_fast_dtypes;
+    /* Bitmask of 1u << todre_dtype whose products the FMA units (ROWS
+     * without a fast unit, and GRAM) make two a lane per instruction, at
+     * twice their rate, where d is even (CPU: bf16 by VDPBF16PS,
+     * src/cpu/select_rows.c); 0 = none. */
+    uint32_t fma_dp_dtypes;
 };
 
 /* The core's resolved choice for one token set. */

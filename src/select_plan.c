@@ -59,6 +59,11 @@
  *                    taken low), so ROWS costs
  *                    ceil((k - 1) / used) * rows_batch * n d products / rate
  *                    + n d packed / pack rate.
+ *   fma_dp_dtypes    bitmask of 1u << dtype whose products the FMA units
+ *                    make at twice their rate where d is even (CPU: bf16 by
+ *                    VDPBF16PS): ROWS without a fast unit and GRAM costed
+ *                    at twice gram_fma_per_ns (the CPU then makes that
+ *                    GRAM on the same kernels, src/cpu/select_gram.c).
  *   rows_row_bytes_per_n  ROWS store: a stored row takes this many bytes
  *                    per token of the padded set. The store and one batch's
  *                    output must fit the limit:
@@ -203,13 +208,15 @@ static int32_t cheapest(const struct todre_backend *be, int64_t n_, int64_t k_, 
     /* the fast unit: f16 through the exact split, four bf16 products per
      * value pair and 4 packed bytes per value and side; bf16: one, 2 bytes */
     double f16 = dt == TODRE_DTYPE_F16, prod = f16 ? 4 : 1, pack = f16 ? 4 : 2;
+    /* FMA units at two products an instruction (fma_dp_dtypes) */
+    double dp = (c->fma_dp_dtypes >> (unsigned)dt & 1u) && d_ % 2 == 0 ? 2.0 : 1.0;
     if (fits) {
         double gram;
         if (gram_fast(be, n_, dt)) {
             gram = cost(n * n * d / 2 * prod, c->gram_fast_fma_per_ns) +
                    cost(2 * n * d * pack, c->pack_bytes_per_ns);
         } else {
-            gram = cost(n * n * d / 2, c->gram_fma_per_ns);
+            gram = cost(n * n * d / 2, c->gram_fma_per_ns * dp);
             if (dt != TODRE_DTYPE_F32) gram += cost(n * d * (4 + esz), c->pack_bytes_per_ns);
         }
         if (gram < best) best = gram, plan = TODRE_STRATEGY_GRAM;
@@ -222,7 +229,7 @@ static int32_t cheapest(const struct todre_backend *be, int64_t n_, int64_t k_, 
             ? cost(batches * batch * n * d * prod, c->gram_fast_fma_per_ns) +
                   cost(n * d * pack, c->pack_bytes_per_ns)
             /* FMA units: one product per pair, rows packed as stored */
-            : cost(batches * batch * n * d, c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR) +
+            : cost(batches * batch * n * d, c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR * dp) +
                   cost(2 * n * d * esz, c->pack_bytes_per_ns);
         if (rows < best) plan = TODRE_STRATEGY_ROWS;
     }

@@ -89,6 +89,9 @@ static void cpu_caps(struct todre_backend_caps *caps)
         caps->strategies |= 1u << TODRE_STRATEGY_ROWS;
         caps->rows_batch = TODRE_SEL_ROWS_BATCH;
         caps->rows_row_bytes_per_n = (int64_t)sizeof(float);
+        /* bf16 by VDPBF16PS (AMD CPUs with AVX512_BF16): ROWS and GRAM
+         * (select_gram.c, use_fma) at twice the FMA rate */
+        caps->fma_dp_dtypes = todre_sel_rows_bf16_dp() ? 1u << TODRE_DTYPE_BF16 : 0u;
     }
 }
 
@@ -173,6 +176,8 @@ static todre_status cpu_create(int device, struct todre_backend **out, struct to
     be->base.device = 0;
     cpu_caps(&be->base.caps);
     be->gram_fma = gram_on_fma();
+    const char *e = getenv("TODRE_CPU_GRAM");
+    be->gram_fma_bf16 = todre_sel_rows_bf16_dp() && !(e && strcmp(e, "blas") == 0);
     *out = &be->base;
     return TODRE_OK;
 }

@@ -32,6 +32,10 @@ struct todre_cpu_backend {
      * a lesser class than the CPU's (blas_class.h) or $TODRE_CPU_GRAM=fma;
      * 0 = BLAS (cpu_backend.c, cpu_create). */
     int gram_fma;
+    /* The same for bf16 rows of even d alone: 1 where the FMA kernels
+     * multiply them by VDPBF16PS (select_rows.h, todre_sel_rows_bf16_dp),
+     * at twice BLAS's rate, unless $TODRE_CPU_GRAM=blas. */
+    int gram_fma_bf16;
 };
 
 /* Return a 64-byte aligned buffer of at least @p bytes for @p slot (contents

@@ -26,6 +26,8 @@
 static pthread_once_t isa_once = PTHREAD_ONCE_INIT;
 static enum todre_cpu_isa isa_supported = TODRE_CPU_ISA_GENERIC;
 static enum todre_cpu_isa isa_used = TODRE_CPU_ISA_GENERIC;
+static int hw_avx512bf16; /* the CPU has AVX512_BF16 (with AVX-512F usable) */
+static int hw_amd;        /* cpuid's vendor is AuthenticAMD */
 
 #ifdef TODRE_ISA_X86
 #define BIT(x) (1u << (x))
@@ -41,11 +43,13 @@ static unsigned long long xcr0(void)
 static int all(unsigned reg, unsigned bits) { return (reg & bits) == bits; }
 
 /* The best level the hardware and OS support, before the AMX grant. */
-static enum todre_cpu_isa detect_hw(int *amx)
+static enum todre_cpu_isa detect_hw(int *amx, int *bf16)
 {
     unsigned a, b, c, d, max_leaf;
-    *amx = 0;
+    *amx = *bf16 = 0;
     if (!__get_cpuid(0, &max_leaf, &b, &c, &d) || max_leaf < 7) return TODRE_CPU_ISA_GENERIC;
+    /* "Auth" "enti" "cAMD" in EBX, EDX, ECX */
+    hw_amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     __cpuid(1, a, b, c, d);
     /* FMA 12, OSXSAVE 27, AVX 28, F16C 29 */
     if (!all(c, BIT(12) | BIT(27) | BIT(28) | BIT(29))) return TODRE_CPU_ISA_GENERIC;
@@ -57,6 +61,7 @@ static enum todre_cpu_isa detect_hw(int *amx)
     if (!all(b7, BIT(5))) return TODRE_CPU_ISA_GENERIC; /* AVX2 */
     /* AVX-512F (EBX 16) with the opmask, ZMM_Hi256 and Hi16_ZMM states */
     if (!all(b7, BIT(16)) || (x & 0xe0) != 0xe0) return TODRE_CPU_ISA_AVX2;
+    *bf16 = all(a71, BIT(5)); /* AVX512_BF16 (leaf 7.1 EAX 5) */
     /* AMX: AVX-512BW (EBX 30), VL (EBX 31), BF16 (leaf 7.1 EAX 5), AMX-BF16
      * (EDX 22), AMX-TILE (EDX 24), and the XTILECFG / XTILEDATA states */
     *amx = all(b7, BIT(30) | BIT(31)) && all(a71, BIT(5)) && all(d7, BIT(22) | BIT(24)) &&
@@ -90,7 +95,7 @@ static void detect(void)
     enum todre_cpu_isa cap = env_cap(), hw = TODRE_CPU_ISA_GENERIC;
 #ifdef TODRE_ISA_X86
     int amx = 0;
-    hw = detect_hw(&amx);
+    hw = detect_hw(&amx, &hw_avx512bf16);
     /* the grant changes the process (larger signal frames): only when used */
     if (amx && cap >= TODRE_CPU_ISA_AMX && amx_grant()) hw = TODRE_CPU_ISA_AMX;
     else if (amx && cap < TODRE_CPU_ISA_AMX) hw = TODRE_CPU_ISA_AMX; /* supported, not used */
@@ -109,6 +114,18 @@ enum todre_cpu_isa todre_cpu_isa_supported(void)
 {
     pthread_once(&isa_once, detect);
     return isa_supported;
+}
+
+int todre_cpu_avx512bf16(void)
+{
+    pthread_once(&isa_once, detect);
+    return hw_avx512bf16 && isa_used >= TODRE_CPU_ISA_AVX512;
+}
+
+int todre_cpu_amd(void)
+{
+    pthread_once(&isa_once, detect);
+    return hw_amd;
 }
 
 const char *todre_cpu_isa_name(enum todre_cpu_isa isa)

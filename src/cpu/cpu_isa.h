@@ -33,6 +33,17 @@ enum todre_cpu_isa todre_cpu_isa(void);
 /* The level this machine supports, ignoring TODRE_CPU_ISA. */
 enum todre_cpu_isa todre_cpu_isa_supported(void);
 
+/* Whether the level in use is AVX-512 or above and the CPU has AVX512_BF16
+ * (VDPBF16PS: two bf16 products a lane summed into fp32; Zen 4 and later,
+ * Cooper Lake, Sapphire Rapids and later). */
+int todre_cpu_avx512bf16(void);
+
+/* Whether the CPU is AMD's ("AuthenticAMD"). Their VDPBF16PS issues at an
+ * FMA's rate (Zen 4, measured), Intel's at a quarter of it (Emerald Rapids,
+ * measured): the bf16 ROWS kernel takes it by default on AMD only
+ * (select_rows.c). */
+int todre_cpu_amd(void);
+
 /* "amx", "avx512", "avx2" or "generic" (todre_device_props.arch). */
 const char *todre_cpu_isa_name(enum todre_cpu_isa isa);
 

@@ -297,13 +297,17 @@ static void mirror_upper(float *g, int64_t n, int nt)
 }
 
 /* The FMA kernels make the matrix (todre_sel_gram_fma_upper) where the
- * backend chose them over BLAS (gram_fma, cpu_backend.c) and the packed
- * rows fit beside the matrix within the limit; not for a set read through
- * the guard's fp32 copy, which lies in the slot the packed rows need. Each
- * pair's product is the ROWS kernels' (the same for (i, j) and (j, i)). */
+ * backend chose them over BLAS (gram_fma, cpu_backend.c), or for bf16 rows
+ * of even d where they multiply by VDPBF16PS (gram_fma_bf16: twice BLAS's
+ * rate on the fp32 copy, 104 against 194 ms at n = 2880, d = 4096 on a
+ * Zen 4, docs/benchmarks.md, session 16), and the packed rows fit beside
+ * the matrix within the limit; not for a set read through the guard's fp32
+ * copy, which lies in the slot the packed rows need. Each pair's product
+ * is the ROWS kernels' (the same for (i, j) and (j, i)). */
 static int use_fma(const struct todre_sel_seg *s)
 {
-    if (!s->be->gram_fma || s->f32) return 0;
+    int bf16 = s->dtype == TODRE_DTYPE_BF16 && s->d % 2 == 0 && s->be->gram_fma_bf16;
+    if (!(s->be->gram_fma || bf16) || s->f32) return 0;
     return (double)todre_sel_gram_fma_bytes(s) <= (double)s->be->base.params.workspace_limit;
 }
 

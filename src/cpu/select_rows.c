@@ -10,11 +10,15 @@
  * (enough independent chains to hide the FMA latency), 2 panel loads and 6
  * broadcasts per 12 FMAs; on AVX-512 MR_WIDE x NR = 12 x 16, 12 zmm
  * accumulators, 1 panel load and 12 broadcasts per 12 FMAs (bf16: one load
- * per 24, from panels of interleaved k pairs: at_kj). */
+ * per 24, from panels of interleaved k pairs: at_kj; where the CPU has
+ * AVX512_BF16, 12 VDPBF16PS per load, each the two FMAs' work and bits:
+ * micro_avx512_bf16_dp). */
 #include "select_rows.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../half.h"
@@ -120,14 +124,28 @@ static void panel_t16(const uint16_t *const *src, int64_t k0, int64_t kl, uint16
         }
 }
 
-/* The same for 32-bit values, kl a multiple of 4: 4 x 4 transposes. */
-static void panel_t32(const float *const *src, int64_t k0, int64_t kl, float *dst)
+/* The 16-bit halves of each 32-bit word swapped (a rotation by 16). */
+static inline __m128 swap16(__m128 x)
+{
+    __m128i v = _mm_castps_si128(x);
+    return _mm_castsi128_ps(_mm_or_si128(_mm_slli_epi32(v, 16), _mm_srli_epi32(v, 16)));
+}
+
+/* The same for 32-bit values, kl a multiple of 4: 4 x 4 transposes; with
+ * swap, each word's 16-bit halves swapped (the pair layout, at_kj). */
+static void panel_t32(const float *const *src, int64_t k0, int64_t kl, float *dst, int swap)
 {
     for (int64_t kk = 0; kk < kl; kk += 4)
         for (int h = 0; h < NR; h += 4) {
             __m128 r0 = _mm_loadu_ps(src[h] + k0 + kk), r1 = _mm_loadu_ps(src[h + 1] + k0 + kk);
             __m128 r2 = _mm_loadu_ps(src[h + 2] + k0 + kk), r3 = _mm_loadu_ps(src[h + 3] + k0 + kk);
             _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+            if (swap) {
+                r0 = swap16(r0);
+                r1 = swap16(r1);
+                r2 = swap16(r2);
+                r3 = swap16(r3);
+            }
             float *o = dst + kk * NR + h;
             _mm_storeu_ps(o, r0);
             _mm_storeu_ps(o + NR, r1);
@@ -147,13 +165,14 @@ static inline int col_at(const struct todre_sel_rows_fma *f, int j)
 
 /* Where value kk (within its K block) of column j of a panel is stored,
  * in elements from the K block's start: row kk of [k][NR] at col_at, or,
- * with f->pair (bf16 for the AVX-512 kernel; set_kernel), k rows in pairs,
- * [k / 2][NR][2]: column j's values k and k + 1 side by side, as one 32-bit
- * word, so that one load holds two k rows of the panel, each widened by one
- * instruction (micro_avx512_bf16_pair). */
+ * with f->pair (bf16 for the AVX-512 kernels; set_kernel), k rows in pairs,
+ * [k / 2][NR][2]: column j's values k and k + 1 as one 32-bit word, k in
+ * its high half, so that one load holds two k rows of the panel, each
+ * widened by one instruction (micro_avx512_bf16_pair), and VDPBF16PS, which
+ * adds a word's high product first, adds k's first (micro_avx512_bf16_dp). */
 static inline int64_t at_kj(const struct todre_sel_rows_fma *f, int64_t kk, int j)
 {
-    return f->pair ? (kk & ~(int64_t)1) * NR + 2 * j + (kk & 1) : kk * NR + col_at(f, j);
+    return f->pair ? (kk & ~(int64_t)1) * NR + 2 * j + 1 - (kk & 1) : kk * NR + col_at(f, j);
 }
 
 /* All rows into panels, as stored (no conversion): panel p, K block kb holds
@@ -190,10 +209,11 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
                 const void *src[NR]; /* by stored position */
                 for (int j = 0; j < NR; j++)
                     src[col_at(f, j)] = todre_sel_row(s->rows, s->dtype, s->stride, p * NR + j);
-                /* pairs of 16-bit values are the rows' 32-bit words,
-                 * transposed (k0 and kv even) */
-                if (es == 4) panel_t32((const float *const *)src, k0, kv, (float *)dst);
-                else if (f->pair) panel_t32((const float *const *)src, k0 / 2, kv / 2, (float *)dst);
+                /* pairs of 16-bit values are the rows' 32-bit words (k in
+                 * the low half), transposed and swapped (k0 and kv even) */
+                if (es == 4) panel_t32((const float *const *)src, k0, kv, (float *)dst, 0);
+                else if (f->pair)
+                    panel_t32((const float *const *)src, k0 / 2, kv / 2, (float *)dst, 1);
                 else panel_t16((const uint16_t *const *)src, k0, kv, (uint16_t *)dst);
                 for (int j = 0; j < NR; j++) {
                     const char *x = (const char *)src[col_at(f, j)] + k0 * es;
@@ -235,7 +255,10 @@ static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows
 }
 
 /* The batch rows ids[0..count) widened to fp32 (exact) into
- * [K block][group][k][f->mr]; rows of the last group past count are zero.
+ * [K block][group][k][f->mr], or with f->dp as stored, each k pair one
+ * 32-bit word with k in its high half (the panels' at_kj order), into
+ * [K block][group][k / 2][f->mr] at the same group offsets; rows of the
+ * last group past count are zero.
  * Threads take K blocks; each row's block is widened by the SIMD kernel
  * into a local buffer, then stored at stride mr. (Widening and storing
  * element by element on one thread took 5 % of a call at n = 2880, d =
@@ -250,7 +273,19 @@ static void pack_batch(const struct todre_sel_seg *s, const struct todre_sel_row
         const int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC;
         float seg[KC];
         for (int r = 0; r < rows; r++) {
-            float *dst = f->a + k0 * AROWS + (int64_t)(r / mr) * kl * mr + r % mr;
+            float *grp = f->a + k0 * AROWS + (int64_t)(r / mr) * kl * mr, *dst = grp + r % mr;
+            if (f->dp) { /* kl even (set_kernel) */
+                uint32_t *w = (uint32_t *)grp + r % mr;
+                const char *row = NULL;
+                if (r < count)
+                    row = (const char *)todre_sel_row(s->rows, s->dtype, s->stride, ids[r]) + k0 * es;
+                for (int64_t q = 0; q < kl / 2; q++) {
+                    uint32_t v = 0; /* k in the low half, as stored */
+                    if (row) memcpy(&v, row + 4 * q, sizeof v);
+                    w[q * mr] = v << 16 | v >> 16;
+                }
+                continue;
+            }
             if (r < count) {
                 const char *row = todre_sel_row(s->rows, s->dtype, s->stride, ids[r]);
                 s->kern->widen(row + k0 * es, kl, 1.0f, seg);
@@ -420,8 +455,8 @@ MICRO_AVX512(f16)
 MICRO_AVX512(bf16)
 
 /* bf16 from pair-interleaved panels (at_kj): one 64-byte load holds k rows
- * k and k + 1, each widened to fp32 by one instruction (a shift puts the
- * low halves' bits in place, a mask keeps the high halves), where the
+ * k and k + 1, each widened to fp32 by one instruction (a mask keeps the
+ * high halves, k; a shift puts the low halves' bits in place), where the
  * kernel above spends two on each k row (a zero extension and a shift) on
  * the ports the FMAs use: 26 such operations per 24 FMAs instead of 28.
  * Each accumulator still takes k, then k + 1, so the sums are bitwise the
@@ -438,8 +473,8 @@ T_AVX512 static void micro_avx512_bf16_pair(const float *a, const void *b, int64
     for (int64_t k = 0; k < kl; k += 2) {
         __m512i v = _mm512_loadu_si512((const uint16_t *)b + k * NR);
         _mm_prefetch((const char *)b + k * NR * (int64_t)sizeof(es_bf16) + PF_BYTES, _MM_HINT_T0);
-        __m512 b0 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
-        __m512 b1 = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+        __m512 b0 = _mm512_castsi512_ps(_mm512_and_si512(v, high));
+        __m512 b1 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         const float *ak = a + k * MR_WIDE;
         for (int i = 0; i < MR_WIDE; i++) r[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[i]), b0, r[i]);
         for (int i = 0; i < MR_WIDE; i++)
@@ -451,26 +486,133 @@ T_AVX512 static void micro_avx512_bf16_pair(const float *a, const void *b, int64
     }
 }
 
+/* bf16 by VDPBF16PS (AVX512_BF16), on the pair kernel's panels and the
+ * batch as stored (pack_batch, f->dp): per k pair, one load and 12
+ * instructions where the pair kernel spends 2 widenings and 24 FMAs. The
+ * instruction adds, in each fp32 lane, the product of the words' high
+ * halves (k), then of the low halves (k + 1), each rounded once: a bf16
+ * product is exact in fp32, so each step is an FMA's, and the sums are
+ * bitwise the pair kernel's (dp_check verifies it once per process),
+ * except that it reads subnormal inputs as zero and flushes subnormal
+ * results to zero (Intel's definition; measured the same on Zen 4). Rows
+ * reach these kernels only with norms in the safe range (select.c,
+ * guard_range), so that changes a value only below 2^-126 in magnitude.
+ * On a Zen 4 core it issues one a cycle, as a zmm FMA does: twice the
+ * products (docs/benchmarks.md, session 16); use_dp says where it runs. */
+#define T_AVX512BF16 __attribute__((target("avx512f,avx512bf16,avx2,fma,f16c")))
+
+T_AVX512BF16 static void micro_avx512_bf16_dp(const float *a, const void *b, int64_t kl,
+                                              float *c, int64_t ldc, int first, int rows)
+{
+    const uint32_t *aw = (const uint32_t *)(const void *)a;
+    __m512 r[MR_WIDE];
+    for (int i = 0; i < MR_WIDE; i++) r[i] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < kl; k += 2) {
+        __m512bh v = (__m512bh)_mm512_loadu_si512((const uint16_t *)b + k * NR);
+        _mm_prefetch((const char *)b + k * NR * (int64_t)sizeof(es_bf16) + PF_BYTES, _MM_HINT_T0);
+        const uint32_t *ak = aw + (k / 2) * MR_WIDE;
+        for (int i = 0; i < MR_WIDE; i++)
+            r[i] = _mm512_dpbf16_ps(r[i], (__m512bh)_mm512_set1_epi32((int)ak[i]), v);
+    }
+    for (int i = 0; i < rows; i++) {
+        float *ci = c + i * ldc;
+        _mm512_storeu_ps(ci, first ? r[i] : _mm512_add_ps(_mm512_loadu_ps(ci), r[i]));
+    }
+}
+
+/* Whether micro_avx512_bf16_dp gives the pair kernel's bits here, on 12
+ * rows x 16 columns x 64 k of bf16 values spread over 2^-8 .. 2^8 with both
+ * signs (so that partial sums cancel and round): the instruction is used
+ * only where it rounds as Intel defines it, and the ROWS values keep the
+ * level's numerics (select_rows.h). On this block the low halves' product
+ * first changes 109 of the 192 sums and one rounding of both products 129
+ * (docs/testing.md). */
+#define DP_K 64
+static int dp_check(void)
+{
+    float a32[DP_K * MR_WIDE], c1[MR_WIDE * NR], c2[MR_WIDE * NR];
+    uint32_t aw[DP_K / 2 * MR_WIDE], b[DP_K / 2 * NR];
+    uint16_t av[MR_WIDE][DP_K], bv[NR][DP_K];
+    uint32_t x = 0x9e3779b9u;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < (pass ? NR : MR_WIDE); i++)
+            for (int k = 0; k < DP_K; k++) {
+                x = x * 1664525u + 1013904223u;
+                /* sign, exponent 119..135 (2^-8 .. 2^8), 7 mantissa bits */
+                uint32_t e = 119u + (x >> 8) % 17u;
+                uint16_t h = (uint16_t)((x >> 31) << 15 | e << 7 | (x >> 16 & 0x7fu));
+                if (pass) bv[i][k] = h;
+                else av[i][k] = h;
+            }
+    for (int k = 0; k < DP_K; k++)
+        for (int i = 0; i < MR_WIDE; i++) {
+            uint32_t u = (uint32_t)av[i][k] << 16;
+            memcpy(&a32[k * MR_WIDE + i], &u, sizeof u);
+            if (k % 2 == 0) aw[k / 2 * MR_WIDE + i] = u | av[i][k + 1];
+        }
+    for (int k = 0; k < DP_K; k += 2)
+        for (int j = 0; j < NR; j++) b[k / 2 * NR + j] = (uint32_t)bv[j][k] << 16 | bv[j][k + 1];
+    micro_avx512_bf16_pair(a32, b, DP_K, c1, NR, 1, MR_WIDE);
+    micro_avx512_bf16_dp((const float *)(const void *)aw, b, DP_K, c2, NR, 1, MR_WIDE);
+    return memcmp(c1, c2, sizeof c1) == 0;
+}
+
+static int dp_ok;
+static void dp_init(void)
+{
+    const char *e = getenv("TODRE_CPU_BF16");
+    int want = e && strcmp(e, "dp") == 0 ? 1 : e && strcmp(e, "fma") == 0 ? 0 : todre_cpu_amd();
+    dp_ok = want && todre_cpu_avx512bf16() && dp_check();
+}
+
+/* Whether the bf16 ROWS kernel is micro_avx512_bf16_dp: AVX-512 level or
+ * above, a CPU with AVX512_BF16 and dp_check passed, on an AMD CPU (Zen 4:
+ * twice the FMA kernel's products a cycle; on Emerald Rapids the
+ * instruction issues at a quarter of an FMA's rate and a kernel on it ran
+ * 1.3x slower than the FMA kernel: docs/building.md), or anywhere with
+ * $TODRE_CPU_BF16=dp; never with $TODRE_CPU_BF16=fma (diagnostics and
+ * tests, as $TODRE_CPU_ISA). */
+static int use_dp(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, dp_init);
+    return dp_ok;
+}
+
 #endif /* TODRE_ROWS_X86 */
+
+int todre_sel_rows_bf16_dp(void)
+{
+#ifdef TODRE_ROWS_X86
+    return todre_cpu_isa() >= TODRE_CPU_ISA_AVX512 && use_dp();
+#else
+    return 0;
+#endif
+}
 
 /* The kernel for f->dtype at this process's level, with what it needs of
  * the packing: its rows per call (f->mr), for the AVX2 bf16 kernel the
- * swapped panel order (f->perm), for the AVX-512 bf16 kernel k rows in
+ * swapped panel order (f->perm), for the AVX-512 bf16 kernels k rows in
  * pairs (f->pair) where every K block's length is even (d even; an odd d
- * packs k row by k row for the zero-extending kernel). */
+ * packs k row by k row for the zero-extending kernel), and for the
+ * VDPBF16PS kernel the batch as stored (f->dp). */
 static void set_kernel(struct todre_sel_rows_fma *f, int64_t d)
 {
     int f16 = f->dtype == TODRE_DTYPE_F16, bf16 = f->dtype == TODRE_DTYPE_BF16;
     f->mr = MR;
     f->perm = 0;
     f->pair = 0;
+    f->dp = 0;
 #ifdef TODRE_ROWS_X86
     _Static_assert(KC % 2 == 0, "K blocks of whole pairs");
     enum todre_cpu_isa isa = todre_cpu_isa();
     if (isa >= TODRE_CPU_ISA_AVX512) {
         f->pair = bf16 && d % 2 == 0;
+        f->dp = f->pair && todre_sel_rows_bf16_dp();
         f->micro = f16    ? micro_avx512_f16
-                   : bf16 ? (f->pair ? micro_avx512_bf16_pair : micro_avx512_bf16)
+                   : bf16 ? (f->dp     ? micro_avx512_bf16_dp
+                             : f->pair ? micro_avx512_bf16_pair
+                                       : micro_avx512_bf16)
                           : micro_avx512_f32;
         f->mr = MR_WIDE;
         return;

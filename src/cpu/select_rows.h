@@ -14,7 +14,9 @@
  * and AVX-512, mul + add in the generic C), and the blocks added in order.
  * Neither the batch a row is made in, nor its slot in the batch, nor the
  * thread count changes a bit of it, so the speculation changes only the
- * time, never the selection; identical rows give identical values. */
+ * time, never the selection; identical rows give identical values. bf16
+ * rows by VDPBF16PS (todre_sel_rows_bf16_dp) follow the same chain, except
+ * that subnormal inputs and partial sums become zero (select_rows.c). */
 #ifndef TODRE_SRC_CPU_SELECT_ROWS_H
 #define TODRE_SRC_CPU_SELECT_ROWS_H
 
@@ -54,10 +56,16 @@ struct todre_sel_rows_fma {
     int mr;            /* batch rows per call of micro */
     int perm;          /* panel columns stored in col_at's order (select_rows.c) */
     int pair;          /* k rows stored in interleaved pairs (select_rows.c, at_kj) */
+    int dp;            /* the batch as stored, in pairs, for VDPBF16PS (select_rows.c) */
 };
 
 /* Whether the FMA ROWS kernels serve this process (AVX2 or AVX-512 level). */
 int todre_sel_rows_fma_usable(void);
+
+/* Whether they make bf16 products by VDPBF16PS in this process (AVX-512
+ * level or above, AVX512_BF16, an AMD CPU or $TODRE_CPU_BF16=dp; sets with
+ * an even d: select_rows.c, use_dp), at twice the FMA kernel's rate. */
+int todre_sel_rows_bf16_dp(void);
 
 /* Rows the store may hold for this set once the packed operands take their
  * share of the workspace limit: min(planned, what fits), or 0 when less than

@@ -187,6 +187,30 @@ static void auto_fma_rows(void **state)
     assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
 }
 
+/* bf16 products by VDPBF16PS (caps.fma_dp_dtypes, AMD CPUs with
+ * AVX512_BF16: src/cpu/cpu_backend.c): ROWS and GRAM of bf16 sets of even d
+ * costed at twice the FMA rate (the packing not). bf16 then takes ROWS
+ * from k = 12 (2 batches and the packing, 4.88e6, against GEMV's 4.72e6 at
+ * k = 11 and 5.19e6 at 12) to 980, and GRAM from 981, where the FMA rate
+ * gives 14 and 966 as for f16 (auto_fma_rows); f16 and an odd d (no pair
+ * words) keep those. */
+static void auto_fma_dp_bf16(void **state)
+{
+    (void)state;
+    struct todre_backend be = cpu_fma(DEFAULT_LIMIT, TODRE_STRATEGY_AUTO);
+    be.caps.fma_dp_dtypes = 1u << TODRE_DTYPE_BF16;
+    assert_plan(plan1(&be, 2880, 11, 4096, BF16, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 12, 4096, BF16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 980, 4096, BF16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 981, 4096, BF16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 13, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 966, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 13, 4095, BF16, MAX_SUM, CENTER), GEMV, 0);
+    assert_plan(plan1(&be, 2880, 14, 4095, BF16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 965, 4095, BF16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 966, 4095, BF16, MAX_SUM, CENTER), GRAM, 0);
+}
+
 /* With AMX, f32 sets (no exact bf16 split) and f16 sets (rows_fast_dtypes:
  * bf16 only) get their rows from the FMA kernels (rows_fma_batch,
  * src/cpu/cpu_backend.c): ROWS in batches of 12 with the crossovers of
@@ -581,6 +605,7 @@ int main(void)
         cmocka_unit_test(auto_amx_benchmark_case),
         cmocka_unit_test(auto_without_fast_unit),
         cmocka_unit_test(auto_fma_rows),
+        cmocka_unit_test(auto_fma_dp_bf16),
         cmocka_unit_test(auto_amx_f32_on_fma),
         cmocka_unit_test(blas_class_factor),
         cmocka_unit_test(auto_unknown_rates),

@@ -23,6 +23,9 @@
  * there): part 1 and the oracle still apply, the near-tie equality not. */
 #include <math.h>
 #include <pthread.h>
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -614,6 +617,98 @@ static void test_team_under_contention(void **state)
     free(x32);
 }
 
+/* Whether the CPU has AVX512_BF16 (cpuid leaf 7.1, EAX bit 5). */
+static int cpu_avx512bf16(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || a < 1) return 0;
+    __get_cpuid_count(7, 1, &a, &b, &c, &d);
+    return (a >> 5) & 1u;
+#else
+    return 0;
+#endif
+}
+
+/* Whether the CPU's vendor is AMD. */
+static int cpu_amd(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    unsigned a, b, c, d;
+    char v[13] = {0};
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    memcpy(v, &b, 4);
+    memcpy(v + 4, &d, 4);
+    memcpy(v + 8, &c, 4);
+    return strcmp(v, "AuthenticAMD") == 0;
+#else
+    return 0;
+#endif
+}
+
+/* Which kernel made the bf16 rows, seen in a selection: on the AVX-512
+ * level, where the CPU has AVX512_BF16 and is AMD's or $TODRE_CPU_BF16 is
+ * dp (and it is not fma), VDPBF16PS (src/cpu/select_rows.c,
+ * micro_avx512_bf16_dp), whose sums are
+ * the FMA kernels' bits except that it flushes subnormal results to zero
+ * (docs/semantics.md). Row 0 (the pivot) is e0 + 2^-70 e2, row 1 is e1 +
+ * 2^-60 e2, row 2 is e3, the others e0 plus a distinct e_j / 4: after the
+ * pivot, MAX_SUM takes the smallest similarity with it, which is 0 for row
+ * 2 and the subnormal 2^-130 for row 1 on FMAs (step 1: row 2), 0 for both
+ * where the product is flushed (a tie: row 1, the lower index). f32 rows
+ * are always made by FMAs. ROWS (k = 2: one batch, the pivot's row) must
+ * run: rows made is checked. Not asserted for bf16 on the AMX level, whose
+ * rows AMX makes (unit.select_rows covers it). */
+static void test_bf16_products_kernel(void **state)
+{
+    (void)state;
+    if (!fma_rows()) {
+        printf("no FMA rows on this level\n");
+        return;
+    }
+    todre_device_props dp = {.struct_size = sizeof dp};
+    tt_assert_ok(todre_device_get_props("cpu", 0, &dp));
+    const char *env = getenv("TODRE_CPU_BF16");
+    const int avx512 = strcmp(dp.arch, "avx512") == 0;
+    const int want_dp = env && strcmp(env, "dp") == 0    ? 1
+                        : env && strcmp(env, "fma") == 0 ? 0
+                                                         : cpu_amd();
+    const int flush = avx512 && cpu_avx512bf16() && want_dp;
+    float *x32 = malloc(sizeof(float) * N * LD);
+    assert_non_null(x32);
+    for (int64_t i = 0; i < N; i++)
+        for (int64_t j = 0; j < LD; j++) x32[i * LD + j] = j < D ? 0.0f : NAN;
+    x32[0 * LD + 0] = 1.0f;
+    x32[0 * LD + 2] = ldexpf(1.0f, -70);
+    x32[1 * LD + 1] = 1.0f;
+    x32[1 * LD + 2] = ldexpf(1.0f, -60);
+    x32[2 * LD + 3] = 1.0f;
+    for (int64_t i = 3; i < N; i++) {
+        x32[i * LD + 0] = 1.0f;
+        x32[i * LD + 4 + (i - 3)] = 0.25f;
+    }
+    static const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_BF16};
+    for (size_t di = 0; di < 2; di++) {
+        todre_dtype dt = dts[di];
+        if (dt == TODRE_DTYPE_BF16 && strcmp(dp.arch, "amx") == 0) continue;
+        void *x = as_dtype(x32, dt);
+        int64_t sel[2];
+        int64_t made = rows_made(x, dt, TODRE_OBJECTIVE_MAX_SUM, TODRE_PIVOT_CLS, 2, ROWS, 1, sel);
+        int64_t want = dt == TODRE_DTYPE_BF16 && flush ? 1 : 2;
+        if (made < 1) fail_msg("dtype %d: no ROWS run (rows made %lld)", (int)dt, (long long)made);
+        if (sel[0] != 0 || sel[1] != want)
+            fail_msg("dtype %d on %s (CPU AVX512_BF16 %d, AMD %d, TODRE_CPU_BF16=%s): selected "
+                     "%lld, %lld; expected 0, %lld (%s)",
+                     (int)dt, dp.arch, cpu_avx512bf16(), cpu_amd(), env ? env : "", (long long)sel[0],
+                     (long long)sel[1], (long long)want,
+                     want == 1 ? "the subnormal product flushed" : "the subnormal product kept");
+        printf("%s %s: step 1 took row %lld (%s)\n", dp.arch, dt == TODRE_DTYPE_F32 ? "f32" : "bf16",
+               (long long)sel[1], want == 1 ? "VDPBF16PS" : "FMA");
+        free(x);
+    }
+    free(x32);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -624,6 +719,7 @@ int main(void)
         cmocka_unit_test(test_first_batch_from_pivot),
         cmocka_unit_test(test_bf16_as_its_f32_widening),
         cmocka_unit_test(test_team_under_contention),
+        cmocka_unit_test(test_bf16_products_kernel),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
