@@ -116,6 +116,38 @@ def describe_machine():
     return f"{model}, {os.cpu_count()} logical CPUs, NumPy {np.__version__}"
 
 
+def numpy_blas_core():
+    """The kernel set NumPy's bundled OpenBLAS chose (its corename), or None."""
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
+    for path in libs:
+        lib = C.CDLL(path)
+        for name in ("scipy_openblas_get_corename64_", "openblas_get_corename64_",
+                     "openblas_get_corename"):
+            fn = getattr(lib, name, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = C.c_char_p, []
+                return fn().decode(errors="replace")
+    return None
+
+
+def describe_setup(todre):
+    """What decides the kernels on both sides: libtodre's CPU code path, the
+    OpenBLAS cores of both sides, and the environment that caps them."""
+    try:
+        arch = todre.devices("cpu")[0].arch
+    except Exception:  # noqa: BLE001 - a description, never fatal
+        arch = "?"
+    try:
+        from todre.__main__ import _openblas
+        ours = (_openblas() or {}).get("core", "?")
+    except Exception:  # noqa: BLE001
+        ours = "?"
+    env = " ".join(f"{k}={os.environ[k]}" for k in
+                   ("TODRE_CPU_ISA", "TODRE_CPU_BF16", "OPENBLAS_CORETYPE") if k in os.environ)
+    return (f"libtodre CPU path {arch}, its OpenBLAS core {ours}; NumPy's OpenBLAS core "
+            f"{numpy_blas_core() or '?'}" + (f"; {env}" if env else ""))
+
+
 def numpy_blas_threads(n):
     """Set the thread count of the BLAS inside NumPy (its bundled OpenBLAS)
     without extra packages; returns False when it cannot."""
@@ -191,6 +223,7 @@ def main():
 
     print(f"machine: {describe_machine()}; libtodre {td.todre.version()} "
           f"({td.todre.library_path})")
+    print(f"setup: {describe_setup(td.todre)}")
     print(f"n = {n}, d = {d}, data = {args.data}, reps = {args.reps}, strategy = {args.strategy}, "
           f"threads = {args.threads or os.cpu_count()}, medians (min) in ms")
     hdr = f"{'dtype':>5} {'k':>5} | {'numpy':>15} | {'libtodre':>15} | {'speed-up':>8} | selection"
