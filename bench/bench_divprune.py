@@ -12,7 +12,8 @@ column has the largest second-smallest distance (the smallest is its own
 min-reduction of the distance rows of all tokens picked so far and the
 argmax of that minimum over the tokens not picked. libtodre runs
 objective 'max-min' with pivot 'isolated' (docs/semantics.md: the same
-rule), f16 input read in place. Each case prints medians of both sides, the
+rule), f16 and bf16 input read in place (bf16: a torch tensor, as a runtime
+hands it over). Each case prints medians of both sides, the
 speed-up, and whether the selections are identical (else the first
 differing step and the exact (float64) max-min slack of libtodre's order).
 """
@@ -24,7 +25,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_select import Todre, describe_machine  # noqa: E402
+from bench_select import Todre, describe_machine, describe_setup  # noqa: E402
 from bench_select import timed as timed_select  # noqa: E402
 
 
@@ -66,6 +67,7 @@ def maxmin_slack(V, order):
 def maxmin_todre(td, V, k):
     """libtodre's max-min selection: (selection order, position order)."""
     out = td.ctx.select(V, keep=k, objective="max-min", pivot="isolated", order="both")
+    out = out.numpy() if hasattr(out, "numpy") else out  # torch in, torch out
     return out[0].copy(), out[1].copy()
 
 
@@ -83,7 +85,8 @@ def main():
     ap.add_argument("--n", type=int, default=2880)
     ap.add_argument("--d", type=int, default=4096)
     ap.add_argument("--k", type=int, nargs="+", default=[288, 720])
-    ap.add_argument("--dtypes", nargs="+", default=["f16", "f32"], choices=["f16", "f32"])
+    ap.add_argument("--dtypes", nargs="+", default=["f16", "f32"],
+                    choices=["f16", "f32", "bf16"])
     ap.add_argument("--threads", type=int, default=0, help="both sides (0 = all CPUs)")
     args = ap.parse_args()
     import torch
@@ -97,14 +100,19 @@ def main():
            + 0.8 * rng.standard_normal(d).astype(np.float32))
     print(f"machine: {describe_machine()}, PyTorch {torch.__version__}; libtodre "
           f"{td.todre.version()} ({td.todre.library_path})")
+    print(f"setup: {describe_setup(td.todre)}")
     print(f"n = {n}, d = {d}, threads = {threads}, medians of {args.reps}, ms")
     print(f"{'dtype':>5} {'k':>5} | {'DivPrune torch':>14} | {'libtodre':>9} | {'speed-up':>8} | selection")
     for dt in args.dtypes:
-        V = V32.astype(np.float16) if dt == "f16" else V32
-        T = torch.from_numpy(V)
+        if dt == "bf16":  # both sides take the torch tensor; the slack its exact values
+            T = torch.from_numpy(V32).to(torch.bfloat16)
+            Vin, V = T, T.float().numpy()
+        else:
+            V = V32.astype(np.float16) if dt == "f16" else V32
+            T, Vin = torch.from_numpy(V), V
         for k in args.k:
             t_ref, ref = timed(lambda: divprune_torch(T, k), args.reps)
-            t_td, (sel, _) = timed(lambda: maxmin_todre(td, V, k), args.reps)
+            t_td, (sel, _) = timed(lambda: maxmin_todre(td, Vin, k), args.reps)
             if np.array_equal(sel, ref):
                 verdict = "identical"
             else:
