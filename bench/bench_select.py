@@ -116,18 +116,26 @@ def describe_machine():
     return f"{model}, {os.cpu_count()} logical CPUs, NumPy {np.__version__}"
 
 
-def numpy_blas_core():
-    """The kernel set NumPy's bundled OpenBLAS chose (its corename), or None."""
+def numpy_blas_fn(stem):
+    """Function openblas_<stem> of the OpenBLAS bundled with NumPy (under
+    the names its builds export), or None."""
     libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
     for path in libs:
         lib = C.CDLL(path)
-        for name in ("scipy_openblas_get_corename64_", "openblas_get_corename64_",
-                     "openblas_get_corename"):
+        for name in (f"scipy_openblas_{stem}64_", f"openblas_{stem}64_", f"openblas_{stem}"):
             fn = getattr(lib, name, None)
             if fn is not None:
-                fn.restype, fn.argtypes = C.c_char_p, []
-                return fn().decode(errors="replace")
+                return fn
     return None
+
+
+def numpy_blas_core():
+    """The kernel set NumPy's bundled OpenBLAS chose (its corename), or None."""
+    fn = numpy_blas_fn("get_corename")
+    if fn is None:
+        return None
+    fn.restype, fn.argtypes = C.c_char_p, []
+    return fn().decode(errors="replace")
 
 
 def describe_setup(todre):
@@ -151,16 +159,11 @@ def describe_setup(todre):
 def numpy_blas_threads(n):
     """Set the thread count of the BLAS inside NumPy (its bundled OpenBLAS)
     without extra packages; returns False when it cannot."""
-    libs = glob.glob(os.path.join(os.path.dirname(np.__file__), "..", "numpy.libs", "*openblas*"))
-    for path in libs:
-        lib = C.CDLL(path)
-        for name in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
-                     "openblas_set_num_threads"):
-            fn = getattr(lib, name, None)
-            if fn is not None:
-                fn(int(n))
-                return True
-    return False
+    fn = numpy_blas_fn("set_num_threads")
+    if fn is None:
+        return False
+    fn(int(n))
+    return True
 
 
 def make_data(n, d, data="clustered"):

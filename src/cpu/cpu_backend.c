@@ -46,12 +46,17 @@ extern char *openblas_get_corename(void) __attribute__((weak));
  * 221-226 ms on the FMA kernels, 178-193 ms with OPENBLAS_CORETYPE=SkylakeX;
  * docs/benchmarks.md). $TODRE_CPU_GRAM=fma or blas overrides the choice
  * (diagnostics and tests, as $TODRE_CPU_ISA). */
+/* $TODRE_CPU_GRAM: 1 = fma, 0 = blas, -1 = unset or any other value. */
+static int gram_env(void)
+{
+    const char *e = getenv("TODRE_CPU_GRAM");
+    return e && strcmp(e, "fma") == 0 ? 1 : e && strcmp(e, "blas") == 0 ? 0 : -1;
+}
+
 static int gram_on_fma(void)
 {
     if (!todre_sel_rows_fma_usable()) return 0;
-    const char *e = getenv("TODRE_CPU_GRAM");
-    if (e && strcmp(e, "fma") == 0) return 1;
-    if (e && strcmp(e, "blas") == 0) return 0;
+    if (gram_env() >= 0) return gram_env();
     const char *core = openblas_get_corename ? openblas_get_corename() : NULL;
     return todre_cpu_blas_rate_factor(core, todre_cpu_isa()) < 1.0;
 }
@@ -176,8 +181,7 @@ static todre_status cpu_create(int device, struct todre_backend **out, struct to
     be->base.device = 0;
     cpu_caps(&be->base.caps);
     be->gram_fma = gram_on_fma();
-    const char *e = getenv("TODRE_CPU_GRAM");
-    be->gram_fma_bf16 = todre_sel_rows_bf16_dp() && !(e && strcmp(e, "blas") == 0);
+    be->gram_fma_bf16 = todre_sel_rows_bf16_dp() && gram_env() != 0;
     *out = &be->base;
     return TODRE_OK;
 }
