@@ -39,7 +39,11 @@
  *                    batches as below with ROWS_FMA_USED_FRACTION, one
  *                    product per pair at ROWS_FMA_RATE_FACTOR *
  *                    gram_fma_per_ns, + 2 n d esize / pack rate (rows
- *                    packed as stored).
+ *                    packed as stored); the rows of batch i (from 0) are
+ *                    made only for the tokens not yet taken (the CPU's
+ *                    compaction, src/cpu/select_rows.c), about n - i used
+ *                    of them, so the batches cost
+ *                    batches * rows_batch * (n - used (batches - 1) / 2) d.
  *   pack_bytes_per_ns  conversion and packing before products (above).
  *   rows_batch       ROWS: rows made per batch (also the fast unit's
  *                    padding); ROWS needs rows_batch > 0 and either the
@@ -98,8 +102,11 @@
  * (docs/benchmarks.md), with the packed rows prefetched, ROWS made rows
  * 1.1 to 1.2 times as fast as ssyrk's Gram matrix at n = 2880, d = 4096
  * (k = 720 and 1000, f16 / bf16 / f32): so 1.1. With these, n = 2880 and
- * d = 4096 take ROWS for k in [14, 965] (f16) and [12, 886] (f32), where
- * ROWS measured faster up to k = 1000 and GRAM at k = 1440. */
+ * d = 4096 took ROWS for k in [14, 965] (f16) and [12, 886] (f32), where
+ * ROWS measured faster up to k = 1000 and GRAM at k = 1440. Since the rows
+ * are made only for untaken tokens (fewer columns as k grows), [14, 1217]
+ * and [12, 1095]: on a 2-core Zen 4, f16 ROWS measured 145-156 ms against
+ * GRAM's 192-195 at k = 1440, 239-241 against 194-200 at k = 2000. */
 #define ROWS_FMA_USED_FRACTION 0.6
 #define ROWS_FMA_RATE_FACTOR 1.1
 
@@ -225,11 +232,14 @@ static int32_t cheapest(const struct todre_backend *be, int64_t n_, int64_t k_, 
         double batch = (double)rows_batch(be, dt);
         double used = batch * (fast_rows(be, dt) ? ROWS_USED_FRACTION : ROWS_FMA_USED_FRACTION);
         double batches = ceil((double)(k_ - 1) / used);
+        /* FMA units: batch i meets about n - i used tokens untaken, the
+         * columns its rows are made for (the taken ones are dropped) */
+        double cols = n - used * (batches - 1) / 2;
         double rows = fast_rows(be, dt)
             ? cost(batches * batch * n * d * prod, c->gram_fast_fma_per_ns) +
                   cost(n * d * pack, c->pack_bytes_per_ns)
             /* FMA units: one product per pair, rows packed as stored */
-            : cost(batches * batch * n * d, c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR * dp) +
+            : cost(batches * batch * cols * d, c->gram_fma_per_ns * ROWS_FMA_RATE_FACTOR * dp) +
                   cost(2 * n * d * esz, c->pack_bytes_per_ns);
         if (rows < best) plan = TODRE_STRATEGY_ROWS;
     }

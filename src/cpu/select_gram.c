@@ -258,16 +258,24 @@ void todre_sel_rows_batch(struct todre_sel_seg *s, struct todre_sel_rows *r, con
     for (int i = 0; i < TODRE_SEL_AMX_BATCH; i++) all[i] = i < count ? ids[i] : -1;
     todre_sel_amx_pack_rows(p, s->rows, s->stride, s->dtype, s->d, all);
     todre_sel_amx_batch(p, r->out, s->nthreads);
-    todre_sel_store_place(s, r, ids, count, sign);
+    todre_sel_store_place(s, r, ids, count, sign, NULL, s->n);
 }
 
 void todre_sel_store_place(const struct todre_sel_seg *s, struct todre_sel_rows *r,
-                           const int64_t *ids, int count, int sign)
+                           const int64_t *ids, int count, int sign, const int32_t *pos,
+                           int64_t live)
 {
     int32_t at[TODRE_SEL_AMX_BATCH];
     for (int i = 0; i < count; i++) r->owner[at[i] = take_slot(s, r, sign)] = -2;
     for (int i = 0; i < count; i++) {
-        memcpy(r->g + at[i] * r->ld, r->out + i * r->ld, (size_t)s->n * sizeof(float));
+        float *dst = r->g + at[i] * r->ld;
+        const float *src = r->out + i * r->ld;
+        if (!pos) {
+            memcpy(dst, src, (size_t)s->n * sizeof(float));
+        } else { /* by token; a dropped (taken) one is never read: 0 */
+            for (int64_t j = 0; j < live; j++) dst[pos[j]] = src[j];
+            for (int64_t j = live; j < s->n; j++) dst[pos[j]] = 0.0f;
+        }
         r->owner[at[i]] = (int32_t)ids[i];
         r->slot[ids[i]] = at[i];
     }

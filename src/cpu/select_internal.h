@@ -146,11 +146,14 @@ void todre_sel_rows_drop(struct todre_sel_rows *r, int64_t c);
  * c: the store [slots x ld] | batch output | slot [n] | owner [slots] | free
  * [slots], the int32 arrays from byte `rows` on. _init empties it; _place
  * gives the rows ids[0..count), computed into r->out (row i at i * ld), their
- * slots, evicting as todre_sel_rows_batch says. */
+ * slots, evicting as todre_sel_rows_batch says; with pos (the FMA kernels'
+ * compaction, select_rows.h), r->out holds positions [0, live), position j
+ * the token pos[j], and the tokens pos[live..n) (taken) get 0. */
 void todre_sel_store_init(struct todre_sel_rows *r, char *c, size_t rows, int64_t ld, int64_t n,
                           int64_t slots);
 void todre_sel_store_place(const struct todre_sel_seg *s, struct todre_sel_rows *r,
-                           const int64_t *ids, int count, int sign);
+                           const int64_t *ids, int count, int sign, const int32_t *pos,
+                           int64_t live);
 
 /* Whether the Gram matrix of a GRAM plan and its scratch (the widened
  * tiles of 16-bit rows, BLAS's own buffers) fit the workspace limit. The

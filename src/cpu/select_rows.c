@@ -67,18 +67,18 @@ static size_t pack_bytes(int64_t n, int64_t d, todre_dtype dt)
 }
 
 /* Slot C: the store [slots x npad] | batch output [AROWS x npad] | slot [n] |
- * owner [slots] | free [slots]. */
+ * owner [slots] | free [slots] | pos [n] | moves [n] (drop_taken). */
 static size_t store_bytes(int64_t n, int64_t slots)
 {
     return (size_t)pad_nr(n) * (size_t)(slots + AROWS) * sizeof(float) +
-           (size_t)(n + 2 * slots) * sizeof(int32_t);
+           (size_t)(3 * n + 2 * slots) * sizeof(int32_t);
 }
 
 int64_t todre_sel_rows_fma_slots(const struct todre_sel_seg *s, int64_t planned)
 {
     double limit = (double)s->be->base.params.workspace_limit;
     double left = limit - (double)pack_bytes(s->n, s->d, s->dtype) -
-                  (double)s->n * sizeof(int32_t);
+                  3.0 * (double)s->n * sizeof(int32_t);
     /* a slot costs its row and two int32 */
     double per = (double)pad_nr(s->n) * sizeof(float) + 2 * sizeof(int32_t);
     double fit = floor(left / per) - AROWS;
@@ -637,6 +637,8 @@ static void set_operands(struct todre_sel_seg *s, struct todre_sel_rows_fma *f, 
     f->dtype = s->dtype;
     f->pass = 0;
     f->cols = b;
+    f->pos = f->moves = NULL;
+    f->live = s->n;
     f->a = (float *)(b + align64((size_t)f->npad * (size_t)s->d * (size_t)esize(s->dtype)));
     set_kernel(f, s->d);
     if (!packed) pack_cols(s, f, ss, pw, dots);
@@ -654,8 +656,9 @@ int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss, int64_t pivo
     return 1;
 }
 
-/* out[r * npad + v] = dot(batch row r, row v) for r < count, v in the
- * panels from p_first on (v >= p_first NR).
+/* out[r * npad + j] = dot(batch row r, the row at position j) for r <
+ * count, j in the panels from p_first on (j >= p_first NR) that hold
+ * positions below f->live (the row j itself unless drop_taken moved it).
  *
  * A thread takes panels in chunks of 4, in sweep order, and runs each
  * panel's K blocks in order (the batch's block of mr x 128 fp32 per group
@@ -669,7 +672,7 @@ int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss, int64_t pivo
 static void batch_products(const struct todre_sel_seg *s, struct todre_sel_rows_fma *f,
                            float *out, int count, int64_t p_first)
 {
-    const int64_t d = s->d, np = f->npad / NR, ld = f->npad, es = esize(f->dtype);
+    const int64_t d = s->d, np = pad_nr(f->live) / NR, ld = f->npad, es = esize(f->dtype);
     const int mr = f->mr, groups = (count + mr - 1) / mr;
     const int back = (int)(f->pass++ & 1u);
     todre_sel_rows_micro_fn micro = f->micro;
@@ -711,15 +714,83 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
     memset(&r->amx, 0, sizeof r->amx);
     size_t rows = (size_t)f->npad * (size_t)(slots + AROWS) * sizeof(float);
     todre_sel_store_init(r, c, rows, f->npad, s->n, slots);
+    /* With copies, a taken row's column is still read, through s->rep, for
+     * its untaken copies (select_greedy.c, row_sim): no compaction. */
+    if (!s->rep) {
+        f->pos = r->free + slots;
+        f->moves = f->pos + s->n;
+        for (int64_t v = 0; v < s->n; v++) f->pos[v] = (int32_t)v;
+    }
     return TODRE_OK;
+}
+
+/* Column j (within its panel) of K block kb of panel pt <- column i of
+ * panel pf, as stored (at_kj): the panels' values move bit for bit. */
+static void move_col(const struct todre_sel_rows_fma *f, int64_t d, int64_t kb, int64_t to,
+                     int64_t from)
+{
+    const int64_t k0 = kb * KC, kl = d - k0 < KC ? d - k0 : KC, es = esize(f->dtype);
+    char *dst = (char *)f->cols + panel_at(d, kb, to / NR) * es;
+    const char *src = (const char *)f->cols + panel_at(d, kb, from / NR) * es;
+    const int jt = (int)(to % NR), jf = (int)(from % NR);
+    if (f->pair) { /* a k pair is one 32-bit word: word q NR + j */
+        uint32_t *o = (uint32_t *)dst + jt;
+        const uint32_t *x = (const uint32_t *)src + jf;
+        for (int64_t q = 0; q < kl / 2; q++) o[q * NR] = x[q * NR];
+    } else if (es == 4) {
+        float *o = (float *)dst + col_at(f, jt);
+        const float *x = (const float *)src + col_at(f, jf);
+        for (int64_t kk = 0; kk < kl; kk++) o[kk * NR] = x[kk * NR];
+    } else {
+        uint16_t *o = (uint16_t *)dst + col_at(f, jt);
+        const uint16_t *x = (const uint16_t *)src + col_at(f, jf);
+        for (int64_t kk = 0; kk < kl; kk++) o[kk * NR] = x[kk * NR];
+    }
+}
+
+/* Compaction: a Gram row is read only at untaken tokens (select_greedy.c),
+ * and a token once taken stays taken, so the columns of the tokens taken
+ * since the last batch are dropped from the panels before the next one:
+ * each hole below the last live position takes the last untaken column
+ * (its values copied bit for bit, so every pair keeps its chain and its
+ * bits: select_rows.h), and the batch products cover only the positions
+ * [0, live). A selection of k of n then makes about (n - k / 2) products a
+ * row instead of n (at k = 720 of 2880, 12.5 % fewer; 0.05 % of them are
+ * the moves). No source of a move is the target of another (the holes
+ * rise while the sources fall), so the moves run on all threads at once,
+ * each thread its K blocks. */
+static void drop_taken(const struct todre_sel_seg *s, struct todre_sel_rows_fma *f)
+{
+    int32_t *pos = f->pos, *mv = f->moves;
+    int64_t live = f->live, nm = 0;
+    while (live > 0 && s->taken[pos[live - 1]]) live--;
+    for (int64_t j = 0; j < live; j++) {
+        if (!s->taken[pos[j]]) continue;
+        int32_t gone = pos[j];
+        live--; /* pos[live] is untaken (the tail was trimmed), live > j */
+        mv[2 * nm] = (int32_t)j;
+        mv[2 * nm + 1] = (int32_t)live;
+        nm++;
+        pos[j] = pos[live];
+        pos[live] = gone;
+        while (live > j + 1 && s->taken[pos[live - 1]]) live--;
+    }
+    f->live = live;
+    if (nm == 0) return;
+    const int64_t d = s->d, nkb = (d + KC - 1) / KC;
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+    for (int64_t kb = 0; kb < nkb; kb++)
+        for (int64_t i = 0; i < nm; i++) move_col(f, d, kb, mv[2 * i], mv[2 * i + 1]);
 }
 
 void todre_sel_rows_fma_batch(struct todre_sel_seg *s, struct todre_sel_rows *r,
                               const int64_t *ids, int count, int sign)
 {
-    pack_batch(s, &r->fma, ids, count);
-    batch_products(s, &r->fma, r->out, count, 0);
-    todre_sel_store_place(s, r, ids, count, sign);
+    struct todre_sel_rows_fma *f = &r->fma;
+    if (f->pos) drop_taken(s, f);
+    pack_batch(s, f, ids, count);
+    batch_products(s, f, r->out, count, 0);
+    todre_sel_store_place(s, r, ids, count, sign, f->live < s->n ? f->pos : NULL, f->live);
 }
 
 /* ---- the Gram matrix on the same kernels --------------------------------- */

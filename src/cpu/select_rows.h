@@ -57,6 +57,13 @@ struct todre_sel_rows_fma {
     int perm;          /* panel columns stored in col_at's order (select_rows.c) */
     int pair;          /* k rows stored in interleaved pairs (select_rows.c, at_kj) */
     int dp;            /* the batch as stored, in pairs, for VDPBF16PS (select_rows.c) */
+    /* Compaction (ROWS, select_rows.c, drop_taken): the panels' column
+     * positions [0, live) hold the untaken tokens pos[0..live); the taken
+     * ones, whose columns no later row needs, are moved out of the way.
+     * pos == NULL: no compaction (the Gram matrix; sets with copies). */
+    int32_t *pos;      /* [n] token at each position; removed ones from live on */
+    int32_t *moves;    /* [n] scratch: a batch's (to, from) position pairs */
+    int64_t live;      /* positions the batch products cover */
 };
 
 /* Whether the FMA ROWS kernels serve this process (AVX2 or AVX-512 level). */

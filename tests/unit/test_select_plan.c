@@ -165,9 +165,14 @@ static void auto_without_fast_unit(void **state)
 /* A rate of 0 is "not measured": that strategy is never the cheapest. */
 /* The FMA ROWS kernels (AVX2 / AVX-512, no fast unit), n = 2880, d = 4096,
  * costs in rate units: GRAM f16 n^2 d / 2 / 135 + n d (4 + 2) / 12 =
- * 131.73e6, f32 125.83e6; ROWS ceil((k - 1) / (12 * 0.6)) batches of
- * 12 n d / (135 * 1.1) each plus 2 n d esize / 12; GEMV (k - 1) n d esize / 50.
- * ROWS from k = 14 (f16; 12 for f32) to k = 965 (f16; 886 for f32). */
+ * 131.73e6, f32 125.83e6; ROWS B = ceil((k - 1) / 7.2) batches (12 rows,
+ * 0.6 used), batch i (from 0) made for the n - 7.2 i tokens not yet taken:
+ * 12 B (n - 7.2 (B - 1) / 2) d / (135 * 1.1), plus 2 n d esize / 12; GEMV
+ * (k - 1) n d esize / 50. ROWS from k = 14 (f16; 12 for f32) to k = 1217
+ * (f16: B = 169, 131.20e6 against GRAM's 131.73e6; k = 1218: B = 170,
+ * 131.75e6) and 1095 for f32. Before
+ * the compaction (every row made for all n tokens) GRAM began at 966 (f16)
+ * and 887 (f32). */
 static void auto_fma_rows(void **state)
 {
     (void)state;
@@ -177,23 +182,26 @@ static void auto_fma_rows(void **state)
     assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 720, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 720, 4096, BF16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 965, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 966, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 966, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 1217, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 1218, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
     assert_plan(plan1(&be, 2880, 1440, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
     assert_plan(plan1(&be, 2880, 11, 4096, F32, MAX_SUM, CENTER), GEMV, 0);
     assert_plan(plan1(&be, 2880, 12, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 720, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 886, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 1095, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 1096, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
 }
 
 /* bf16 products by VDPBF16PS (caps.fma_dp_dtypes, AMD CPUs with
  * AVX512_BF16: src/cpu/cpu_backend.c): ROWS and GRAM of bf16 sets of even d
  * costed at twice the FMA rate (the packing not). bf16 then takes ROWS
  * from k = 12 (2 batches and the packing, 4.88e6, against GEMV's 4.72e6 at
- * k = 11 and 5.19e6 at 12) to 980, and GRAM from 981, where the FMA rate
- * gives 14 and 966 as for f16 (auto_fma_rows); f16 and an odd d (no pair
- * words) keep those. */
+ * k = 11 and 5.19e6 at 12) to 1246 (173 batches, 68.66e6, against GRAM's
+ * 68.81e6; 1247: 174, 68.93e6), and GRAM from 1247, where the FMA rate
+ * gives 14 and 1218 as for f16 (auto_fma_rows); f16 and an odd d (no pair
+ * words) keep those (d = 4095: 131.17e6 at 1217, 131.72e6 at 1218, GRAM
+ * 131.70e6). */
 static void auto_fma_dp_bf16(void **state)
 {
     (void)state;
@@ -201,14 +209,14 @@ static void auto_fma_dp_bf16(void **state)
     be.caps.fma_dp_dtypes = 1u << TODRE_DTYPE_BF16;
     assert_plan(plan1(&be, 2880, 11, 4096, BF16, MAX_SUM, CENTER), GEMV, 0);
     assert_plan(plan1(&be, 2880, 12, 4096, BF16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 980, 4096, BF16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 981, 4096, BF16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 1246, 4096, BF16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 1247, 4096, BF16, MAX_SUM, CENTER), GRAM, 0);
     assert_plan(plan1(&be, 2880, 13, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
-    assert_plan(plan1(&be, 2880, 966, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 1218, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
     assert_plan(plan1(&be, 2880, 13, 4095, BF16, MAX_SUM, CENTER), GEMV, 0);
     assert_plan(plan1(&be, 2880, 14, 4095, BF16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 965, 4095, BF16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 966, 4095, BF16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 1217, 4095, BF16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 1218, 4095, BF16, MAX_SUM, CENTER), GRAM, 0);
 }
 
 /* With AMX, f32 sets (no exact bf16 split) and f16 sets (rows_fast_dtypes:
@@ -224,16 +232,17 @@ static void auto_amx_f32_on_fma(void **state)
     assert_plan(plan1(&be, 2880, 11, 4096, F32, MAX_SUM, CENTER), GEMV, 0);
     assert_plan(plan1(&be, 2880, 12, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
     assert_plan(plan1(&be, 2880, 288, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 886, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 887, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 1095, 4096, F32, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 1096, 4096, F32, MAX_SUM, CENTER), GRAM, 0);
     assert_plan(plan1(&be, 2880, 288, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    /* f16: FMA rows from k = 14 (against GEMV) to 1052, where ceil(1051 /
-     * 7.2) = 146 batches cost 143.1e6 against AMX's Gram matrix (4 products
-     * a pair) 143.8e6; k = 1053: 147 batches, 144.1e6 */
+    /* f16: FMA rows from k = 14 (against GEMV) to 1390, where ceil(1389 /
+     * 7.2) = 193 batches cost 143.755e6 against AMX's Gram matrix (4
+     * products a pair) 143.760e6; k = 1391: 194 batches, 144.2e6 (before
+     * the compaction: 1052) */
     assert_plan(plan1(&be, 2880, 13, 4096, F16, MAX_SUM, CENTER), GEMV, 0);
     assert_plan(plan1(&be, 2880, 14, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 1052, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
-    assert_plan(plan1(&be, 2880, 1053, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
+    assert_plan(plan1(&be, 2880, 1390, 4096, F16, MAX_SUM, CENTER), ROWS, 2880);
+    assert_plan(plan1(&be, 2880, 1391, 4096, F16, MAX_SUM, CENTER), GRAM, 0);
     /* a limit of 100 rows of n floats: 100 - 12 stored f32 and f16 rows,
      * 100 - 32 bf16 (AMX's batch) */
     struct todre_backend small = cpu_amx((int64_t)100 * 2880 * 4, TODRE_STRATEGY_ROWS);

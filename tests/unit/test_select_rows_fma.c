@@ -47,13 +47,14 @@
 
 /* Workspace limit at which the FMA ROWS store holds exactly `slots` rows
  * (src/cpu/select_rows.c, todre_sel_rows_fma_slots): the packed rows (n
- * padded to 16, as stored) and the batch (36 x d fp32), n int32, then per
- * slot a row of padded n fp32 and two int32, and 36 rows of batch output. */
+ * padded to 16, as stored) and the batch (36 x d fp32), 3 n int32 (the
+ * token slots and the compaction's positions and moves), then per slot a
+ * row of padded n fp32 and two int32, and 36 rows of batch output. */
 static int64_t store_limit(todre_dtype dt, int64_t slots)
 {
     int64_t npad = (N + 15) / 16 * 16, es = dt == TODRE_DTYPE_F32 ? 4 : 2;
     int64_t pack = (npad * D * es + 63) / 64 * 64 + 36 * D * 4;
-    return pack + N * 4 + (slots + 36) * (npad * 4 + 8);
+    return pack + 3 * N * 4 + (slots + 36) * (npad * 4 + 8);
 }
 
 struct run {
