@@ -112,6 +112,26 @@ def torch_algorithm1(torch, E, k, gram_dtype):
     return torch.stack(sel, 1)
 
 
+def judge_exact(E, orders):
+    """Where the backends' selections differ: the first step where they do,
+    and each trajectory's steps that are not the exact (float64) greedy's
+    best, with the largest deficit (bench/parity_long_video.py)."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    from parity_long_video import exact_deficits
+    import todre_ref
+    a, b = orders.values()
+    diff = next((i for i in range(len(a)) if a[i] != b[i]), None)
+    print(f"       first step where they differ: {diff}")
+    X64 = todre_ref.normalize(np.asarray(E, dtype=np.float64))
+    for name, order in orders.items():
+        dfc, scale = exact_deficits(X64, order)
+        bad = np.flatnonzero(dfc > 0)
+        print(f"       {name}: steps not the exact best {len(bad)} (first: {bad[:5].tolist()}); "
+              f"largest deficit {dfc.max():.3g} (scores up to {scale:.3g})", flush=True)
+
+
 def make_images(torch, B, n, d, gen):
     centers = torch.randn(B, 24, d, device="cuda", generator=gen)
     assign = torch.randint(0, 24, (B, n), device="cuda", generator=gen)
@@ -166,6 +186,8 @@ def bench_stage1(torch, td, ctx, repeats):
             print(f"{B:>6} {n:>6} {k:>5} {t_ours:>10.3f} {t_ours / B:>10.3f} {t_f32:>11.3f} "
                   f"{t_f16:>10.3f} {t_f32 / t_ours:>7.1f} {t_f16 / t_ours:>7.1f} {agree:>6.3f} "
                   f"{alone_s:>6} {cpu:>4}", flush=True)
+            if cpu == "NO":
+                judge_exact(E[0].cpu().numpy(), {"GPU": got[0].tolist(), "CPU": c.tolist()})
             for t in (emb_t, out_t, offs_t):
                 t.close()
             cfg.close()
