@@ -149,7 +149,7 @@ tsan_stage() {
   fi
   note "TSan: ctest"
   ctest --test-dir "$dir" --output-on-failure -j "$JOBS" \
-    -R '^unit\.(threads|cpu_threads|registry|context|select_batch|relevance_chunked|relevance_decision|select_rows_fma\.avx2|select_rows_fma\.avx512)$' \
+    -R '^unit\.(threads|cpu_threads|registry|context|select_batch|relevance_chunked|relevance_decision|select_rows_fma\.avx2|select_rows_fma\.avx512|select_rows_fma\.teams)$' \
     2>&1 | tee "$dir/ctest.log"
   count_ctest "$dir/ctest.log"
   note "TSan: done in $(elapsed "$t0")"

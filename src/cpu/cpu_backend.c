@@ -1,5 +1,6 @@
 /* The CPU backend: its registration (device enumeration and properties),
  * dispatch table, capabilities, instance and workspace. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,8 +212,25 @@ int todre_cpu_workspace_kept(const struct todre_cpu_backend *be, enum todre_cpu_
     return claim != 0 && be->ws_claim[slot] == claim;
 }
 
+/* $TODRE_CPU_PROCS=N (1 to 1024) stands for the processors available, read
+ * once: so that the tests run the lookahead's teams of 3 and 4 threads
+ * (select_greedy.c) on the 2-core CI machines, oversubscribed (diagnostics
+ * and tests, as $TODRE_CPU_ISA). 0: unset or not such a number. */
+static int procs_env;
+static pthread_once_t procs_once = PTHREAD_ONCE_INIT;
+
+static void procs_read(void)
+{
+    const char *e = getenv("TODRE_CPU_PROCS");
+    char *end = NULL;
+    long v = e ? strtol(e, &end, 10) : 0;
+    procs_env = e && *e && end && *end == '\0' && v >= 1 && v <= 1024 ? (int)v : 0;
+}
+
 int todre_cpu_default_threads(void)
 {
+    pthread_once(&procs_once, procs_read);
+    if (procs_env > 0) return procs_env;
 #ifdef _OPENMP
     int n = omp_get_num_procs();
     return n > 0 ? n : 1;

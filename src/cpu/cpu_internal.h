@@ -60,7 +60,8 @@ int todre_cpu_workspace_kept(const struct todre_cpu_backend *be, enum todre_cpu_
  * changed, so BLAS calls run with OpenBLAS's own thread count. */
 int todre_cpu_threads(const struct todre_cpu_backend *be);
 
-/* Threads a context uses by default: the processors available to the process. */
+/* Threads a context uses by default: the processors available to the process
+ * ($TODRE_CPU_PROCS overrides: cpu_backend.c). */
 int todre_cpu_default_threads(void);
 
 /* Kernels (src/cpu/select.c, src/cpu/relevance.c, src/cpu/relevance_qk.c). */
