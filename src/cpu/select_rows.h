@@ -62,7 +62,8 @@ struct todre_sel_rows_fma {
      * ones, whose columns no later row needs, are moved out of the way.
      * pos == NULL: no compaction (the Gram matrix; sets with copies). */
     int32_t *pos;      /* [n] token at each position; removed ones from live on */
-    int32_t *moves;    /* [n] scratch: a batch's (to, from) position pairs */
+    int32_t *moves;    /* [n]: the next batch's (to, from) position pairs */
+    int64_t nmoves;    /* pairs in moves, made by the next batch_products */
     int64_t live;      /* positions the batch products cover */
 };
 
