@@ -657,8 +657,9 @@ int todre_sel_rows_fma_prepack(struct todre_sel_seg *s, double *ss, int64_t pivo
     return 1;
 }
 
-/* Column j (within its panel) of K block kb of panel pt <- column i of
- * panel pf, as stored (at_kj): the panels' values move bit for bit. */
+/* K block kb of the column at position `to` (panel to / NR, column to %
+ * NR) <- that of the column at position `from`, as stored (at_kj): the
+ * panels' values move bit for bit. */
 static void move_col(const struct todre_sel_rows_fma *f, int64_t d, int64_t kb, int64_t to,
                      int64_t from)
 {
@@ -791,10 +792,12 @@ todre_status todre_sel_rows_fma_init(struct todre_sel_seg *s, struct todre_sel_r
  * own, before the products, the moves took 6.5 % of a call at n = 2880,
  * k = 288 (f16, AVX-512, 2 threads: each move a strided column of the
  * panels, 4 KB a K block, read and written from L3), inside the products
- * without the prefetch 7.7 %, with it 1.6 %. No source of a move is the target of
- * another (the holes rise while the sources fall, and the sources lie at
- * or past the new live end, whose products nobody reads), so the threads
- * make them in any order. */
+ * without the prefetch 7.7 %, with it 1.6 %. No source of a move is the
+ * target of another (the holes rise while the sources fall, and the
+ * sources lie at or past the new live end, whose products nobody reads),
+ * so the threads make them in any order. Each move takes a hole and a
+ * source, distinct positions below the old live end: at most n / 2 moves,
+ * two int32 each, in f->moves' n. */
 static void drop_taken(const struct todre_sel_seg *s, struct todre_sel_rows_fma *f)
 {
     int32_t *pos = f->pos, *mv = f->moves;
