@@ -59,6 +59,21 @@ def test_the_instruction_set_shown_follows_TODRE_CPU_ISA():
     assert data["backends"][0]["devices"][0]["arch"] == "generic"
 
 
+def test_the_cpu_overrides_are_shown_and_TODRE_CPU_PROCS_sets_the_cores():
+    env = {"TODRE_CPU_PROCS": "3", "TODRE_CPU_GRAM": "blas"}
+    text = _run("info", env=env)
+    assert "TODRE_CPU_PROCS=3" in text and "TODRE_CPU_GRAM=blas" in text
+    assert "; 3 cores" in text
+    data = json.loads(_run("info", "--json", env=env))
+    assert data["cpu_overrides"] == env
+    assert data["backends"][0]["devices"][0]["cores"] == 3
+    # a value that is not a count in 1..1024 is ignored: the processors OpenMP sees
+    plain = json.loads(_run("info", "--json"))["backends"][0]["devices"][0]["cores"]
+    for bad in ("0", "x", "1025", "3x"):
+        data = json.loads(_run("info", "--json", env={"TODRE_CPU_PROCS": bad}))
+        assert data["backends"][0]["devices"][0]["cores"] == plain, bad
+
+
 def test_json_equals_what_the_api_reports():
     data = json.loads(_run("info", "--json"))
     assert data["package"]["version"] == todre.__version__

@@ -13,6 +13,12 @@ import os
 import sys
 
 
+# Environment variables that change the CPU backend's paths (read once by
+# the library): the instruction-set cap, the bf16 product kernel, who makes
+# Gram matrices, and the processors a context may use.
+_CPU_OVERRIDES = ("TODRE_CPU_ISA", "TODRE_CPU_BF16", "TODRE_CPU_GRAM", "TODRE_CPU_PROCS")
+
+
 def _openblas():
     """(path, config, corename, threads) of the OpenBLAS mapped into this
     process (libtodre's: NumPy's own copy is named libscipy_openblas*), or
@@ -79,6 +85,8 @@ def collect():
         "openblas": _openblas(),
         "cublas_preloaded": list(_lib.cublas_preloaded),
         "cpu_isa_override": os.environ.get("TODRE_CPU_ISA", ""),
+        # every CPU-path override the library reads (docs/building.md, docs/api.md)
+        "cpu_overrides": {k: os.environ[k] for k in _CPU_OVERRIDES if k in os.environ},
         "backends": [],
     }
     blas = out["openblas"]
@@ -160,8 +168,8 @@ def print_text(info, file=sys.stdout):
             p("  " + blas["note"])
     if info["cublas_preloaded"]:
         p("cuBLAS: " + ", ".join(info["cublas_preloaded"]) + " (NVIDIA runtime wheels)")
-    if info["cpu_isa_override"]:
-        p(f"TODRE_CPU_ISA={info['cpu_isa_override']}")
+    for k, v in info["cpu_overrides"].items():
+        p(f"{k}={v}")
     for be in info["backends"]:
         where = f"module {be['path']}" if be["path"] else "built in"
         if not be["registered"]:
