@@ -101,9 +101,12 @@ static void *as_dtype(const float *x, todre_dtype dt)
     return h;
 }
 
-/* Integers in [-3, 3] around 20 centres; rows 5..9 copy rows 100..104, rows
- * 50, 51 and 202 are zero. */
-static float *integer_rows(uint64_t seed)
+/* Integers in [-3, 3] around 20 centres; with @p copies rows 5..9 copy
+ * rows 100..104 and rows 50, 51 and 202 are zero (copies of each other),
+ * without, row 50 alone is zero and no two rows are the same (the FMA ROWS
+ * kernels then drop the taken tokens' columns, src/cpu/select_rows.c; with
+ * copies they keep them). */
+static float *integer_rows(uint64_t seed, int copies)
 {
     float *x = malloc(sizeof(float) * N * LD);
     assert_non_null(x);
@@ -119,8 +122,17 @@ static float *integer_rows(uint64_t seed)
         }
         for (int j = D; j < LD; j++) x[i * LD + j] = NAN;
     }
-    for (int i = 5; i < 10; i++) memcpy(x + i * LD, x + (95 + i) * LD, sizeof(float) * D);
-    for (int i = 0; i < D; i++) x[50 * LD + i] = x[51 * LD + i] = x[202 * LD + i] = 0.0f;
+    if (copies) {
+        for (int i = 5; i < 10; i++) memcpy(x + i * LD, x + (95 + i) * LD, sizeof(float) * D);
+        for (int i = 0; i < D; i++) x[50 * LD + i] = x[51 * LD + i] = x[202 * LD + i] = 0.0f;
+        return x;
+    }
+    for (int i = 0; i < D; i++) x[50 * LD + i] = 0.0f;
+    /* distinct rows: a chance repeat gets its first value moved */
+    for (int64_t i = 1; i < N; i++)
+        for (int64_t j = 0; j < i; j++)
+            if (memcmp(x + i * LD, x + j * LD, sizeof(float) * D) == 0)
+                x[i * LD] = x[i * LD] == 3.0f ? -3.0f : x[i * LD] + 1.0f;
     return x;
 }
 
@@ -149,42 +161,45 @@ static void test_exact_equals_gemv_and_gram(void **state)
     (void)state;
     print_path();
     static const todre_dtype dts[] = {TODRE_DTYPE_F32, TODRE_DTYPE_F16, TODRE_DTYPE_BF16};
-    static const int64_t ks[] = {1, 2, 77, N};
-    float *x32 = integer_rows(11);
+    /* N - 1 and N: the compaction down to the last live columns */
+    static const int64_t ks[] = {1, 2, 77, N - 1, N};
     int64_t *ref = malloc(sizeof(int64_t) * N), *sel = malloc(sizeof(int64_t) * N);
     assert_non_null(ref);
     assert_non_null(sel);
-    for (size_t di = 0; di < 3; di++) {
-        todre_dtype dt = dts[di];
-        void *x = as_dtype(x32, dt);
-        const struct run runs[] = {
-            {GRAM, DEFAULT_LIMIT, 1},
-            {ROWS, DEFAULT_LIMIT, 1},       /* a row for every token */
-            {ROWS, store_limit(dt, 64), 1}, /* 2 batches: evicts, remakes */
-            {ROWS, store_limit(dt, 64), 2}, /* columns split between threads */
-        };
-        for (int obj = 0; obj < 2; obj++) {
-            for (int pv = 0; pv < 2; pv++) {
-                /* ISOLATED: with the whole Gram matrix in the limit the pivot
-                 * makes it and the greedy reuses it, so only the small store
-                 * runs ROWS there */
-                todre_pivot piv = pv ? TODRE_PIVOT_ISOLATED : TODRE_PIVOT_CENTER;
-                for (size_t ki = 0; ki < 4; ki++) {
-                    int64_t k = ks[ki];
-                    struct run g = {GEMV, DEFAULT_LIMIT, 1};
-                    select_rows(x, dt, (todre_objective)obj, piv, k, g, ref);
-                    for (size_t v = 0; v < sizeof runs / sizeof runs[0]; v++) {
-                        select_rows(x, dt, (todre_objective)obj, piv, k, runs[v], sel);
-                        assert_same(ref, sel, k, "exact rows vs GEMV", dt, obj, piv, runs[v]);
+    for (int copies = 0; copies < 2; copies++) {
+        float *x32 = integer_rows(11, copies);
+        for (size_t di = 0; di < 3; di++) {
+            todre_dtype dt = dts[di];
+            void *x = as_dtype(x32, dt);
+            const struct run runs[] = {
+                {GRAM, DEFAULT_LIMIT, 1},
+                {ROWS, DEFAULT_LIMIT, 1},       /* a row for every token */
+                {ROWS, store_limit(dt, 64), 1}, /* 2 batches: evicts, remakes */
+                {ROWS, store_limit(dt, 64), 2}, /* columns split between threads */
+            };
+            for (int obj = 0; obj < 2; obj++) {
+                for (int pv = 0; pv < 2; pv++) {
+                    /* ISOLATED: with the whole Gram matrix in the limit the pivot
+                     * makes it and the greedy reuses it, so only the small store
+                     * runs ROWS there */
+                    todre_pivot piv = pv ? TODRE_PIVOT_ISOLATED : TODRE_PIVOT_CENTER;
+                    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+                        int64_t k = ks[ki];
+                        struct run g = {GEMV, DEFAULT_LIMIT, 1};
+                        select_rows(x, dt, (todre_objective)obj, piv, k, g, ref);
+                        for (size_t v = 0; v < sizeof runs / sizeof runs[0]; v++) {
+                            select_rows(x, dt, (todre_objective)obj, piv, k, runs[v], sel);
+                            assert_same(ref, sel, k, "exact rows vs GEMV", dt, obj, piv, runs[v]);
+                        }
                     }
                 }
             }
+            free(x);
         }
-        free(x);
+        free(x32);
     }
     free(sel);
     free(ref);
-    free(x32);
 }
 
 /* Whether this process runs the FMA ROWS kernels (AVX2 and AVX-512 levels;
