@@ -113,23 +113,11 @@ def torch_algorithm1(torch, E, k, gram_dtype):
 
 
 def judge_exact(E, orders):
-    """Where the backends' selections differ: the first step where they do,
-    and each trajectory's steps that are not the exact (float64) greedy's
-    best, with the largest deficit (bench/parity_long_video.py)."""
-    import numpy as np
+    """Where the backends' selections differ: bench/parity_long_video.py's
+    judgement against the exact (float64) greedy."""
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
-    from parity_long_video import exact_deficits
-    import todre_ref
-    a, b = orders.values()
-    diff = next((i for i in range(len(a)) if a[i] != b[i]), None)
-    print(f"       first step where they differ: {diff}")
-    X64 = todre_ref.normalize(np.asarray(E, dtype=np.float64))
-    for name, order in orders.items():
-        dfc, scale = exact_deficits(X64, order)
-        bad = np.flatnonzero(dfc > 0)
-        print(f"       {name}: steps not the exact best {len(bad)} (first: {bad[:5].tolist()}); "
-              f"largest deficit {dfc.max():.3g} (scores up to {scale:.3g})", flush=True)
+    from parity_long_video import judge
+    judge(E, orders, indent="       ")
 
 
 def make_images(torch, B, n, d, gen):

@@ -74,6 +74,26 @@ def exact_deficits(X64, order, block=128):
     return out, float(np.abs(s).max())
 
 
+def judge(E, orders, indent=""):
+    """Print where the two trajectories in `orders` ({name: order}) first
+    differ, the share of equal positions, and for each its steps that are
+    not the exact (float64) greedy's best, with the largest deficit."""
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    import todre_ref
+    a, b = orders.values()
+    diff = next((i for i in range(len(a)) if a[i] != b[i]), None)
+    same = float(np.mean(np.array(a) == np.array(b)))
+    print(f"{indent}first step where they differ: {diff}; positions equal: {same:.3f}")
+    X64 = todre_ref.normalize(np.asarray(E, dtype=np.float64))
+    for name, order in orders.items():
+        dfc, scale = exact_deficits(X64, order)
+        bad = np.flatnonzero(dfc > 0)
+        worst = int(dfc.argmax())
+        print(f"{indent}{name}: steps not the exact best {len(bad)} (first: {bad[:5].tolist()}); "
+              f"largest deficit {dfc[worst]:.3g} at step {worst} (scores up to {scale:.3g})",
+              flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib")
@@ -86,9 +106,7 @@ def main():
     if a.lib:
         os.environ["TODRE_LIBRARY"] = a.lib
     sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "src"))
-    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
     import todre
-    import todre_ref
 
     E = make_video(a.n, a.d, a.seed)
     ctx = todre.Context("cpu", num_threads=a.threads)
@@ -100,17 +118,7 @@ def main():
     t_ref = time.time() - t
     print(f"n = {a.n}, d = {a.d}, k = {a.k}, f16, max-sum, CENTER pivot; CPU path "
           f"{todre.devices('cpu')[0].arch}; libtodre {t_ours:.2f} s, PyTorch fp32 loop {t_ref:.2f} s")
-    diff = next((i for i in range(a.k) if ours[i] != ref[i]), None)
-    same = float(np.mean(np.array(ours) == np.array(ref)))
-    print(f"first step where they differ: {diff}; positions equal: {same:.3f}")
-    X64 = todre_ref.normalize(E.astype(np.float64))
-    for name, order in (("libtodre", ours), ("PyTorch fp32", ref)):
-        dfc, scale = exact_deficits(X64, order)
-        bad = np.flatnonzero(dfc > 0)
-        worst = int(dfc.argmax())
-        print(f"{name}: steps not the exact best {len(bad)} (first: {bad[:5].tolist()}); "
-              f"largest deficit {dfc[worst]:.3g} at step {worst} (scores up to {scale:.3g})")
-
+    judge(E, {"libtodre": ours, "PyTorch fp32": ref})
 
 if __name__ == "__main__":
     main()
