@@ -40,6 +40,17 @@
  * docs/benchmarks.md). AVX2 keeps MR = 6 (12 ymm chains). */
 #define MR_WIDE 12
 
+/* The packed rows stream from L3 or memory once per batch (every panel's
+ * K block is used by only the batch's MR-row groups), which the hardware
+ * prefetcher alone does not keep up with: on a Zen 3 core the 6 x 16 kernel
+ * ran at 46 GFMA/s on panels in L2 but 32 (f16) and 24 (f32) streaming
+ * n = 2880, d = 4096, and at 46 and 36 prefetching 8 KiB ahead (one to two
+ * panels' K blocks). Ahead means in the products' order: within a panel
+ * the blocks that follow, past its end the next panel of the sweep, which
+ * every other batch runs backwards (batch_products, prefetch_at). A
+ * prefetch past the end of the packed rows is harmless (no fault). */
+#define PF_BYTES 8192
+
 _Static_assert(AROWS % MR == 0 && AROWS % MR_WIDE == 0 && AROWS >= TODRE_SEL_AMX_BATCH,
                "batch rows in MR groups");
 
@@ -300,15 +311,17 @@ static void pack_batch(const struct todre_sel_seg *s, const struct todre_sel_row
 /* ---- micro-kernels: c[i][j] (+)= sum over k of a[k][i] * b[k][j] -------- */
 
 /* Each writes rows [0, rows) of its mr x NR block of c (row stride ldc; mr:
- * MR_WIDE for the AVX-512 kernels, else MR): the
+ * MR_WIDE for the AVX-512 kernels, else MR; rows <= MR_WIDE / 2 for the
+ * AVX-512 half kernels), prefetching from pf on (prefetch_at): the
  * block's products from zero, stored when first, else added to c
  * (todre_sel_rows_micro_fn, select_rows.h). */
 
 /* Portable C: one chain per (i, j), unfused multiply and add. */
 #define MICRO_GENERIC(T, LOAD)                                                              \
-    static void micro_generic_##T(const float *a, const void *b, int64_t kl, float *c,      \
-                                  int64_t ldc, int first, int rows)                         \
+    static void micro_generic_##T(const float *a, const void *b, const char *pf, int64_t kl, \
+                                  float *c, int64_t ldc, int first, int rows)               \
     {                                                                                       \
+        (void)pf;                                                                           \
         float acc[MR][NR];                                                                  \
         memset(acc, 0, sizeof acc);                                                         \
         for (int64_t k = 0; k < kl; k++) {                                                  \
@@ -335,14 +348,6 @@ MICRO_GENERIC(bf16, gl_bf16)
 
 #define T_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-/* The packed rows stream from L3 or memory once per batch (every panel's
- * K block is used by only the batch's MR-row groups), which the hardware
- * prefetcher alone does not keep up with: on a Zen 3 core the 6 x 16 kernel
- * ran at 46 GFMA/s on panels in L2 but 32 (f16) and 24 (f32) streaming
- * n = 2880, d = 4096, and at 46 and 36 prefetching 8 KiB ahead (one to two
- * panels' K blocks: the next panel's block lies right after this one's).
- * A prefetch past the end of the packed rows is harmless (no fault). */
-#define PF_BYTES 8192
 typedef float es_f32;
 typedef uint16_t es_f16, es_bf16;
 
@@ -373,16 +378,15 @@ T_AVX2 static inline void bpair_bf16(const void *b, int64_t i, __m256 *lo, __m25
 
 /* AVX2: 6 x 16 = 12 ymm accumulators, one fused chain per (i, j). */
 #define MICRO_AVX2(T)                                                                       \
-    T_AVX2 static void micro_avx2_##T(const float *a, const void *b, int64_t kl, float *c,  \
-                                      int64_t ldc, int first, int rows)                     \
+    T_AVX2 static void micro_avx2_##T(const float *a, const void *b, const char *pf,        \
+                                      int64_t kl, float *c, int64_t ldc, int first, int rows) \
     {                                                                                       \
         __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00,       \
                c21 = c00, c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00; \
         for (int64_t k = 0; k < kl; k++) {                                                  \
             __m256 b0, b1, x;                                                               \
             bpair_##T(b, k * NR, &b0, &b1);                                                 \
-            _mm_prefetch((const char *)b + (k * NR) * (int64_t)sizeof(es_##T) + PF_BYTES,      \
-                         _MM_HINT_T0);                                                      \
+            _mm_prefetch(pf + (k * NR) * (int64_t)sizeof(es_##T), _MM_HINT_T0);             \
             const float *ak = a + k * MR;                                                   \
             x = _mm256_broadcast_ss(ak + 0);                                                \
             c00 = _mm256_fmadd_ps(x, b0, c00); c01 = _mm256_fmadd_ps(x, b1, c01);           \
@@ -429,25 +433,40 @@ T_AVX512 static inline __m512 b16_bf16(const void *b, int64_t i)
 }
 
 /* AVX-512F: MR_WIDE (12) zmm accumulators, one panel load and 12 broadcasts
- * per 12 FMAs. */
+ * per 12 FMAs. Each kernel body takes its row count R as a constant: R =
+ * MR_WIDE, and R = MR_WIDE / 2 for groups of up to 6 rows (f->half: the
+ * last batch of a selection, which speculates only on the steps left, and
+ * the last group of a Gram matrix), in half the time; every accumulator is
+ * its row's own chain, so a row's bits do not depend on R. */
+#define T_AVX512_BODY T_AVX512 static inline __attribute__((always_inline))
 #define MICRO_AVX512(T)                                                                     \
-    T_AVX512 static void micro_avx512_##T(const float *a, const void *b, int64_t kl,        \
-                                          float *c, int64_t ldc, int first, int rows)       \
+    T_AVX512_BODY void body_avx512_##T(const float *a, const void *b, const char *pf,       \
+                                       int64_t kl, float *c, int64_t ldc, int first,        \
+                                       int rows, const int R)                               \
     {                                                                                       \
         __m512 r[MR_WIDE];                                                                  \
-        for (int i = 0; i < MR_WIDE; i++) r[i] = _mm512_setzero_ps();                       \
+        for (int i = 0; i < R; i++) r[i] = _mm512_setzero_ps();                             \
         for (int64_t k = 0; k < kl; k++) {                                                  \
             __m512 bv = b16_##T(b, k * NR);                                                 \
-            _mm_prefetch((const char *)b + (k * NR) * (int64_t)sizeof(es_##T) + PF_BYTES,      \
-                         _MM_HINT_T0);                                                      \
+            _mm_prefetch(pf + (k * NR) * (int64_t)sizeof(es_##T), _MM_HINT_T0);             \
             const float *ak = a + k * MR_WIDE;                                              \
-            for (int i = 0; i < MR_WIDE; i++)                                               \
+            for (int i = 0; i < R; i++)                                                     \
                 r[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[i]), bv, r[i]);                    \
         }                                                                                   \
-        for (int i = 0; i < rows; i++) {                                                    \
+        for (int i = 0; i < rows && i < R; i++) {                                           \
             float *ci = c + i * ldc;                                                        \
             _mm512_storeu_ps(ci, first ? r[i] : _mm512_add_ps(_mm512_loadu_ps(ci), r[i]));  \
         }                                                                                   \
+    }                                                                                       \
+    MICRO_AVX512_R(T, MR_WIDE, micro_avx512_##T)                                            \
+    MICRO_AVX512_R(T, MR_WIDE / 2, micro_avx512_##T##_half)
+
+/* The kernel of body_avx512_T (or _pair, _dp) for R rows. */
+#define MICRO_AVX512_R(T, R, NAME)                                                          \
+    T_AVX512 static void NAME(const float *a, const void *b, const char *pf, int64_t kl,    \
+                              float *c, int64_t ldc, int first, int rows)                   \
+    {                                                                                       \
+        body_avx512_##T(a, b, pf, kl, c, ldc, first, rows, R);                              \
     }
 
 MICRO_AVX512(f32)
@@ -464,27 +483,30 @@ MICRO_AVX512(bf16)
  * (docs/benchmarks.md, session 15): +14 % with the panels in L1, +0-8 %
  * streamed from L3 as in a call (the more, the more another thread
  * competes for the core's ports). */
-T_AVX512 static void micro_avx512_bf16_pair(const float *a, const void *b, int64_t kl, float *c,
-                                            int64_t ldc, int first, int rows)
+T_AVX512_BODY void body_avx512_bf16_pair(const float *a, const void *b, const char *pf,
+                                         int64_t kl, float *c, int64_t ldc, int first, int rows,
+                                         const int R)
 {
     const __m512i high = _mm512_set1_epi32((int)0xffff0000u);
     __m512 r[MR_WIDE];
-    for (int i = 0; i < MR_WIDE; i++) r[i] = _mm512_setzero_ps();
+    for (int i = 0; i < R; i++) r[i] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kl; k += 2) {
         __m512i v = _mm512_loadu_si512((const uint16_t *)b + k * NR);
-        _mm_prefetch((const char *)b + k * NR * (int64_t)sizeof(es_bf16) + PF_BYTES, _MM_HINT_T0);
+        _mm_prefetch(pf + k * NR * (int64_t)sizeof(es_bf16), _MM_HINT_T0);
         __m512 b0 = _mm512_castsi512_ps(_mm512_and_si512(v, high));
         __m512 b1 = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
         const float *ak = a + k * MR_WIDE;
-        for (int i = 0; i < MR_WIDE; i++) r[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[i]), b0, r[i]);
-        for (int i = 0; i < MR_WIDE; i++)
+        for (int i = 0; i < R; i++) r[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[i]), b0, r[i]);
+        for (int i = 0; i < R; i++)
             r[i] = _mm512_fmadd_ps(_mm512_set1_ps(ak[MR_WIDE + i]), b1, r[i]);
     }
-    for (int i = 0; i < rows; i++) {
+    for (int i = 0; i < rows && i < R; i++) {
         float *ci = c + i * ldc;
         _mm512_storeu_ps(ci, first ? r[i] : _mm512_add_ps(_mm512_loadu_ps(ci), r[i]));
     }
 }
+MICRO_AVX512_R(bf16_pair, MR_WIDE, micro_avx512_bf16_pair)
+MICRO_AVX512_R(bf16_pair, MR_WIDE / 2, micro_avx512_bf16_pair_half)
 
 /* bf16 by VDPBF16PS (AVX512_BF16), on the pair kernel's panels and the
  * batch as stored (pack_batch, f->dp): per k pair, one load and 12
@@ -501,23 +523,36 @@ T_AVX512 static void micro_avx512_bf16_pair(const float *a, const void *b, int64
  * products (docs/benchmarks.md, session 16); use_dp says where it runs. */
 #define T_AVX512BF16 __attribute__((target("avx512f,avx512bf16,avx2,fma,f16c")))
 
-T_AVX512BF16 static void micro_avx512_bf16_dp(const float *a, const void *b, int64_t kl,
-                                              float *c, int64_t ldc, int first, int rows)
+T_AVX512BF16 static inline __attribute__((always_inline)) void
+body_avx512_bf16_dp(const float *a, const void *b, const char *pf, int64_t kl, float *c,
+                    int64_t ldc, int first, int rows, const int R)
 {
     const uint32_t *aw = (const uint32_t *)(const void *)a;
     __m512 r[MR_WIDE];
-    for (int i = 0; i < MR_WIDE; i++) r[i] = _mm512_setzero_ps();
+    for (int i = 0; i < R; i++) r[i] = _mm512_setzero_ps();
     for (int64_t k = 0; k < kl; k += 2) {
         __m512bh v = (__m512bh)_mm512_loadu_si512((const uint16_t *)b + k * NR);
-        _mm_prefetch((const char *)b + k * NR * (int64_t)sizeof(es_bf16) + PF_BYTES, _MM_HINT_T0);
+        _mm_prefetch(pf + k * NR * (int64_t)sizeof(es_bf16), _MM_HINT_T0);
         const uint32_t *ak = aw + (k / 2) * MR_WIDE;
-        for (int i = 0; i < MR_WIDE; i++)
+        for (int i = 0; i < R; i++)
             r[i] = _mm512_dpbf16_ps(r[i], (__m512bh)_mm512_set1_epi32((int)ak[i]), v);
     }
-    for (int i = 0; i < rows; i++) {
+    for (int i = 0; i < rows && i < R; i++) {
         float *ci = c + i * ldc;
         _mm512_storeu_ps(ci, first ? r[i] : _mm512_add_ps(_mm512_loadu_ps(ci), r[i]));
     }
+}
+T_AVX512BF16 static void micro_avx512_bf16_dp(const float *a, const void *b, const char *pf,
+                                              int64_t kl, float *c, int64_t ldc, int first,
+                                              int rows)
+{
+    body_avx512_bf16_dp(a, b, pf, kl, c, ldc, first, rows, MR_WIDE);
+}
+T_AVX512BF16 static void micro_avx512_bf16_dp_half(const float *a, const void *b, const char *pf,
+                                                   int64_t kl, float *c, int64_t ldc, int first,
+                                                   int rows)
+{
+    body_avx512_bf16_dp(a, b, pf, kl, c, ldc, first, rows, MR_WIDE / 2);
 }
 
 /* Whether micro_avx512_bf16_dp gives the pair kernel's bits here, on 12
@@ -552,8 +587,9 @@ static int dp_check(void)
         }
     for (int k = 0; k < DP_K; k += 2)
         for (int j = 0; j < NR; j++) b[k / 2 * NR + j] = (uint32_t)bv[j][k] << 16 | bv[j][k + 1];
-    micro_avx512_bf16_pair(a32, b, DP_K, c1, NR, 1, MR_WIDE);
-    micro_avx512_bf16_dp((const float *)(const void *)aw, b, DP_K, c2, NR, 1, MR_WIDE);
+    micro_avx512_bf16_pair(a32, b, (const char *)b, DP_K, c1, NR, 1, MR_WIDE);
+    micro_avx512_bf16_dp((const float *)(const void *)aw, b, (const char *)b, DP_K, c2, NR, 1,
+                         MR_WIDE);
     return memcmp(c1, c2, sizeof c1) == 0;
 }
 
@@ -600,6 +636,7 @@ static void set_kernel(struct todre_sel_rows_fma *f, int64_t d)
 {
     int f16 = f->dtype == TODRE_DTYPE_F16, bf16 = f->dtype == TODRE_DTYPE_BF16;
     f->mr = MR;
+    f->half = NULL;
     f->perm = 0;
     f->pair = 0;
     f->dp = 0;
@@ -614,6 +651,11 @@ static void set_kernel(struct todre_sel_rows_fma *f, int64_t d)
                              : f->pair ? micro_avx512_bf16_pair
                                        : micro_avx512_bf16)
                           : micro_avx512_f32;
+        f->half = f16    ? micro_avx512_f16_half
+                  : bf16 ? (f->dp     ? micro_avx512_bf16_dp_half
+                            : f->pair ? micro_avx512_bf16_pair_half
+                                      : micro_avx512_bf16_half)
+                         : micro_avx512_f32_half;
         f->mr = MR_WIDE;
         return;
     }
@@ -708,6 +750,24 @@ static int64_t first_move(const int32_t *mv, int64_t nm, int64_t pos)
  * cache (f32 at n = 2880, d = 4096: 47 MB against 32 MiB of L3 on a Zen 3)
  * would be evicted by a cyclic sweep before their next use; sweeping back
  * and forth finds the rows used last still in the cache. */
+/* Where the products of K block kb of panel p prefetch (PF_BYTES ahead of
+ * the block, micro-kernels): in the panel, or past its end in panel @p next
+ * (the panel after p in the sweep, or -1 where p is the last). A panel's
+ * blocks lie one after another, so the plain address past p's end is the
+ * next panel's block only in a forward sweep: backwards it was the panel
+ * just made, and the next panel's first blocks came unprefetched (a
+ * backward batch ran 5 % slower than a forward one at n = 2880, d = 4096,
+ * f16, docs/benchmarks.md, session 18). */
+static inline const char *prefetch_at(const struct todre_sel_rows_fma *f, int64_t d, int64_t kb,
+                                      int64_t p, int64_t next)
+{
+    const int64_t es = esize(f->dtype), panel = d * NR * es;
+    const int64_t ahead = panel_at(d, kb, 0) * es + PF_BYTES;
+    const char *cols = (const char *)f->cols;
+    if (ahead < panel || next < 0) return cols + panel_at(d, 0, p) * es + ahead;
+    return cols + panel_at(d, 0, next) * es + (ahead - panel);
+}
+
 static void batch_products(const struct todre_sel_seg *s, struct todre_sel_rows_fma *f,
                            float *out, int count, int64_t p_first)
 {
@@ -722,6 +782,7 @@ static void batch_products(const struct todre_sel_seg *s, struct todre_sel_rows_
 #pragma omp parallel for num_threads(s->nthreads) schedule(dynamic, 4)
     for (int64_t i = p_first; i < np; i++) {
         int64_t p = back ? np - 1 - (i - p_first) : i;
+        int64_t next = i + 1 < np ? (back ? p - 1 : p + 1) : -1;
         /* the moves into this panel (drop_taken: by ascending target) */
         int64_t m0 = 0, m1 = nm;
         if (nm) {
@@ -738,10 +799,12 @@ static void batch_products(const struct todre_sel_seg *s, struct todre_sel_rows_
             if (m1 > m0)
                 for (int64_t o = 0; o < kl * NR * es; o += 64) __builtin_prefetch(b + o, 1, 3);
             for (int64_t m = m0; m < m1; m++) move_col(f, d, kb, mv[2 * m], mv[2 * m + 1]);
+            const char *pf = prefetch_at(f, d, kb, p, next);
             for (int g = 0; g < groups; g++) {
                 int rows = count - g * mr < mr ? count - g * mr : mr;
-                micro(ablk + (int64_t)g * kl * mr, b, kl, out + (int64_t)g * mr * ld + p * NR,
-                      ld, kb == 0, rows);
+                todre_sel_rows_micro_fn fn = f->half && 2 * rows <= mr ? f->half : micro;
+                fn(ablk + (int64_t)g * kl * mr, b, pf, kl,
+                   out + (int64_t)g * mr * ld + p * NR, ld, kb == 0, rows);
             }
         }
     }

@@ -41,9 +41,10 @@
 struct todre_sel_seg;
 struct todre_sel_rows;
 
-/* A micro-kernel (select_rows.c). */
-typedef void (*todre_sel_rows_micro_fn)(const float *a, const void *b, int64_t kl, float *c,
-                                        int64_t ldc, int first, int rows);
+/* A micro-kernel (select_rows.c): pf is where it prefetches, the bytes
+ * ahead of b's block that the products need next. */
+typedef void (*todre_sel_rows_micro_fn)(const float *a, const void *b, const char *pf,
+                                        int64_t kl, float *c, int64_t ldc, int first, int rows);
 
 /* Packed operands of the FMA ROWS kernels. */
 struct todre_sel_rows_fma {
@@ -53,6 +54,7 @@ struct todre_sel_rows_fma {
     todre_dtype dtype; /* of cols: as stored (f32, f16, bf16) */
     unsigned pass;     /* batches made: the panel order alternates */
     todre_sel_rows_micro_fn micro; /* the kernel for dtype at this level */
+    todre_sel_rows_micro_fn half;  /* the same for groups of up to mr / 2 rows, or NULL */
     int mr;            /* batch rows per call of micro */
     int perm;          /* panel columns stored in col_at's order (select_rows.c) */
     int pair;          /* k rows stored in interleaved pairs (select_rows.c, at_kj) */
