@@ -458,13 +458,13 @@ T_AVX512 static inline __m512 b16_bf16(const void *b, int64_t i)
             _mm512_storeu_ps(ci, first ? r[i] : _mm512_add_ps(_mm512_loadu_ps(ci), r[i]));  \
         }                                                                                   \
     }                                                                                       \
-    MICRO_AVX512_R(T, MR_WIDE, micro_avx512_##T)                                            \
-    MICRO_AVX512_R(T, MR_WIDE / 2, micro_avx512_##T##_half)
+    MICRO_AVX512_R(T_AVX512, T, MR_WIDE, micro_avx512_##T)                                  \
+    MICRO_AVX512_R(T_AVX512, T, MR_WIDE / 2, micro_avx512_##T##_half)
 
-/* The kernel of body_avx512_T (or _pair, _dp) for R rows. */
-#define MICRO_AVX512_R(T, R, NAME)                                                          \
-    T_AVX512 static void NAME(const float *a, const void *b, const char *pf, int64_t kl,    \
-                              float *c, int64_t ldc, int first, int rows)                   \
+/* The kernel of body_avx512_T (or _pair, _dp) for R rows, built for TGT. */
+#define MICRO_AVX512_R(TGT, T, R, NAME)                                                     \
+    TGT static void NAME(const float *a, const void *b, const char *pf, int64_t kl,         \
+                         float *c, int64_t ldc, int first, int rows)                        \
     {                                                                                       \
         body_avx512_##T(a, b, pf, kl, c, ldc, first, rows, R);                              \
     }
@@ -505,8 +505,8 @@ T_AVX512_BODY void body_avx512_bf16_pair(const float *a, const void *b, const ch
         _mm512_storeu_ps(ci, first ? r[i] : _mm512_add_ps(_mm512_loadu_ps(ci), r[i]));
     }
 }
-MICRO_AVX512_R(bf16_pair, MR_WIDE, micro_avx512_bf16_pair)
-MICRO_AVX512_R(bf16_pair, MR_WIDE / 2, micro_avx512_bf16_pair_half)
+MICRO_AVX512_R(T_AVX512, bf16_pair, MR_WIDE, micro_avx512_bf16_pair)
+MICRO_AVX512_R(T_AVX512, bf16_pair, MR_WIDE / 2, micro_avx512_bf16_pair_half)
 
 /* bf16 by VDPBF16PS (AVX512_BF16), on the pair kernel's panels and the
  * batch as stored (pack_batch, f->dp): per k pair, one load and 12
@@ -542,18 +542,8 @@ body_avx512_bf16_dp(const float *a, const void *b, const char *pf, int64_t kl, f
         _mm512_storeu_ps(ci, first ? r[i] : _mm512_add_ps(_mm512_loadu_ps(ci), r[i]));
     }
 }
-T_AVX512BF16 static void micro_avx512_bf16_dp(const float *a, const void *b, const char *pf,
-                                              int64_t kl, float *c, int64_t ldc, int first,
-                                              int rows)
-{
-    body_avx512_bf16_dp(a, b, pf, kl, c, ldc, first, rows, MR_WIDE);
-}
-T_AVX512BF16 static void micro_avx512_bf16_dp_half(const float *a, const void *b, const char *pf,
-                                                   int64_t kl, float *c, int64_t ldc, int first,
-                                                   int rows)
-{
-    body_avx512_bf16_dp(a, b, pf, kl, c, ldc, first, rows, MR_WIDE / 2);
-}
+MICRO_AVX512_R(T_AVX512BF16, bf16_dp, MR_WIDE, micro_avx512_bf16_dp)
+MICRO_AVX512_R(T_AVX512BF16, bf16_dp, MR_WIDE / 2, micro_avx512_bf16_dp_half)
 
 /* Whether micro_avx512_bf16_dp gives the pair kernel's bits here, on 12
  * rows x 16 columns x 64 k of bf16 values spread over 2^-8 .. 2^8 with both
