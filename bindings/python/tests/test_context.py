@@ -176,6 +176,76 @@ def test_threads_use_separate_contexts(rng):
     assert len(results) == 20 and all(np.array_equal(r, want) for r in results)
 
 
+def test_one_context_shared_by_threads(rng):
+    """A Context (and the Relevance objects using it) may be shared between
+    threads: its calls take turns on the handle, so every concurrent call gives
+    the answer it gives alone."""
+    sets = [rng.standard_normal((400 + 50 * i, 64)).astype(np.float32) for i in range(4)]
+    ctx = todre.Context("cpu")
+    want = [todre.select(E, keep=40 + i, order="selection") for i, E in enumerate(sets)]
+    q = rng.standard_normal((4, 60, 16)).astype(np.float32)
+    k = rng.standard_normal((2, 60, 16)).astype(np.float32)
+    types = np.array([0] * 5 + [1] * 40 + [2] * 15)
+
+    def ratios():
+        rel = todre.Relevance(8, probe_layers=[3], context=ctx)
+        rel.set_types(types)
+        rel.observe_qk(3, q, k)
+        return rel.ratios(3)
+
+    want_ratios = ratios()
+    results, errors = [], []
+    start = threading.Barrier(4)
+
+    def work(i):
+        start.wait()
+        try:
+            for _ in range(10):
+                got = ctx.select(sets[i], keep=40 + i, order="selection")
+                results.append(np.array_equal(got, want[i]) and ratios() == want_ratios)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(results) == 40 and all(results)
+
+
+def test_closing_a_context_another_thread_uses(rng):
+    """close() waits for a call in progress; the other thread's later calls fail
+    with STATE ("already closed"), never touch freed memory."""
+    E = rng.standard_normal((600, 64)).astype(np.float32)
+    ctx = todre.Context("cpu")
+    want = todre.select(E, keep=60)
+    outcome, busy = [], threading.Event()
+
+    def work():
+        for _ in range(200):
+            try:
+                got = ctx.select(E, keep=60)
+            except TodreError as exc:
+                outcome.append(exc)
+                return
+            outcome.append(np.array_equal(got, want))
+            busy.set()
+
+    t = threading.Thread(target=work)
+    t.start()
+    assert busy.wait(60)
+    ctx.close()
+    t.join()
+    assert all(r is True for r in outcome[:-1])
+    last = outcome[-1]
+    if isinstance(last, TodreError):
+        assert last.status == Status.STATE and "closed" in last.message
+    else:                                   # the thread finished before the close
+        assert last is True
+
+
 def test_rows_made_is_read_only_and_counts_the_last_call():
     """TODRE_CONTEXT_EXP_SELECT_ROWS_MADE (experimental, read-only): the Gram
     rows the last selection made under strategy 3, at least one per step but

@@ -9,7 +9,7 @@ import numpy as np
 from ._api import DeviceType, DLDevice, Reset, Status
 from ._enums import ContextParam, parse
 from ._errors import TodreError, check, invalid
-from ._handle import OwnsHandle
+from ._handle import OwnsHandle, serialized
 from ._ints import INT, POINTER, c_int
 from ._lib import lib
 from ._params import _Kind
@@ -22,9 +22,10 @@ _PARAMS = _Kind("context", ContextParam)
 class Context(OwnsHandle):
     """A libtodre context: a backend on one device, its workspace and its errors.
 
-    Reusing a context across calls avoids re-allocating the workspace. One
-    thread at a time may use a context (the module-level functions keep one
-    per thread and device for you).
+    Reusing a context across calls avoids re-allocating the workspace. A
+    context shared between threads has its calls take turns (a lock); for
+    parallel work use one per thread (the module-level functions keep one per
+    thread and device for you).
 
     Args:
         backend: a registered backend name ('cpu', 'cuda', ...; see
@@ -76,20 +77,24 @@ class Context(OwnsHandle):
         """Whether the context computes on host memory."""
         return self.device_type in (DeviceType.CPU, DeviceType.CUDA_HOST)
 
+    @serialized
     def set_param(self, param, value):
         """Set a context parameter: a todre.ContextParam / todre.Param, or a name
         such as 'workspace-limit'. Integers or floats as the parameter's type."""
         _PARAMS.set(self.handle, param, value, self._handle)
 
+    @serialized
     def get_param(self, param):
         return _PARAMS.get(self.handle, param, self._handle)
 
+    @serialized
     def reset(self, what="all"):
         """'state' frees the cached workspace, 'params' restores the defaults,
         'all' both. The stream is kept."""
         check(lib.todre_context_reset(self.handle, int(parse(Reset, what, "what"))),
               self._handle)
 
+    @serialized
     def set_stream(self, stream):
         """Set the CUDA stream (an int cudaStream_t, or a torch/cupy stream object)."""
         ptr = stream
@@ -100,13 +105,16 @@ class Context(OwnsHandle):
         ptr = c_int(0 if ptr is None else ptr, "stream", POINTER)
         check(lib.todre_context_set_stream(self.handle, ctypes.c_void_p(ptr)), self._handle)
 
+    @serialized
     def synchronize(self):
         check(lib.todre_context_synchronize(self.handle), self._handle)
 
     @property
+    @serialized
     def last_error(self):
         return (lib.todre_context_last_error(self._handle) or b"").decode(errors="replace")
 
+    @serialized
     def copy(self, dst, src):
         """Copy `src` into `dst` (same dtype and shape, compact), each on the host
         or on this context's device, through todre_context_copy(): no device
@@ -148,6 +156,7 @@ class Context(OwnsHandle):
         from ._select import select_batch_on
         return select_batch_on(self, embeddings, **kwargs)
 
+    @serialized
     def close(self):
         if self._handle:
             lib.todre_context_destroy(self._handle)

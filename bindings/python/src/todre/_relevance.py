@@ -9,7 +9,7 @@ from ._api import Decision, Reset, Schedule, Status
 from ._context import context_for
 from ._enums import RelevanceParam, parse
 from ._errors import TodreError, check, invalid
-from ._handle import OwnsHandle
+from ._handle import OwnsHandle, serialized
 from ._ints import c_double, int64_array
 from ._lib import lib
 from ._params import _Kind
@@ -57,10 +57,12 @@ class Relevance(OwnsHandle):
             raise TodreError(Status.STATE, "relevance: already closed")
         return self._handle
 
+    @serialized
     def set_param(self, param, value):
         """Set a relevance parameter (todre.RelevanceParam / todre.Param or a name)."""
         _PARAMS.set(self.handle, param, value)
 
+    @serialized
     def get_param(self, param):
         return _PARAMS.get(self.handle, param)
 
@@ -79,6 +81,7 @@ class Relevance(OwnsHandle):
     def set_schedule(self, schedule):
         self.set_param(RelevanceParam.SCHEDULE, parse(Schedule, schedule, "schedule"))
 
+    @serialized
     def set_probe_layers(self, layers):
         """Probe layers (host ints, any order, duplicates ignored)."""
         arr = np.atleast_1d(int64_array(layers, "probe_layers"))
@@ -88,6 +91,7 @@ class Relevance(OwnsHandle):
             check(lib.todre_relevance_set_probe_layers(self.handle, b.ref))
 
     @property
+    @serialized
     def probe_layers(self):
         """The probe layers, ascending and distinct (list of int)."""
         count = ctypes.c_int64()
@@ -97,6 +101,7 @@ class Relevance(OwnsHandle):
             check(lib.todre_relevance_get_probe_layers(self.handle, b.ref, ctypes.byref(count)))
         return out[:count.value].tolist()
 
+    @serialized
     def is_probe(self, layer, seq=0):
         """Whether `layer` will be probed for sequence `seq` (given decisions so far)."""
         out = ctypes.c_int()
@@ -104,6 +109,7 @@ class Relevance(OwnsHandle):
                                            _integer(layer, "layer"), ctypes.byref(out)))
         return bool(out.value)
 
+    @serialized
     def set_types(self, types):
         """Token types per position: [K] (all sequences) or [batch, K], values
         0 SYSTEM, 1 VISUAL, 2 TEXT (any integer array; copied as uint8)."""
@@ -111,12 +117,14 @@ class Relevance(OwnsHandle):
         with Borrowed(arr, "types") as t:
             check(lib.todre_relevance_set_types(self.handle, t.ref))
 
+    @serialized
     def set_layout(self, n_system, n_visual, n_text):
         """Types for the contiguous layout [system | visual | text]."""
         check(lib.todre_relevance_set_layout(self.handle, _integer(n_system, "n_system"),
                                              _integer(n_visual, "n_visual"),
                                              _integer(n_text, "n_text")))
 
+    @serialized
     def reset(self, what="state"):
         """'state' (default) forgets every observation and decision (keeps layers,
         tau, schedule, types); 'params' restores tau, the schedule and the default
@@ -134,8 +142,10 @@ class Relevance(OwnsHandle):
         attn = _prepare(attn, "attn")
         ctx = self._ctx(attn)
         decisions = np.zeros(self.batch, dtype=np.int32)
-        stream = ctx.follow(attn)
         with contextlib.ExitStack() as stack:
+            stack.enter_context(self._lock)          # this object, then its context
+            stack.enter_context(ctx._lock)
+            stream = ctx.follow(attn)
             a = stack.enter_context(Borrowed(attn, "attn", stream))
             d = stack.enter_context(Borrowed(decisions, "decisions", writable=True))
             check(lib.todre_relevance_observe_probs(ctx.handle, self.handle,
@@ -153,8 +163,10 @@ class Relevance(OwnsHandle):
         ctx = self._ctx(q)
         decisions = np.zeros(self.batch, dtype=np.int32)
         scale = c_double(scale, "scale")
-        stream = ctx.follow(q)
         with contextlib.ExitStack() as stack:
+            stack.enter_context(self._lock)          # this object, then its context
+            stack.enter_context(ctx._lock)
+            stream = ctx.follow(q)
             qb = stack.enter_context(Borrowed(q, "q", stream))
             kb = stack.enter_context(Borrowed(k, "k", stream))
             d = stack.enter_context(Borrowed(decisions, "decisions", writable=True))
@@ -163,6 +175,7 @@ class Relevance(OwnsHandle):
                                                  scale, d.ref), ctx.handle)
         return [Decision(int(x)) for x in decisions]
 
+    @serialized
     def ratios(self, layer, seq=0):
         """(alpha_t2v, alpha_v2t) observed at `layer` for `seq` (TodreError STATE if
         that layer was not probed)."""
@@ -172,6 +185,7 @@ class Relevance(OwnsHandle):
                                          ctypes.byref(v2t)))
         return t2v.value, v2t.value
 
+    @serialized
     def drop_layer(self, seq=0):
         """The layer that decided to drop for `seq`, or None."""
         out = ctypes.c_int64()
@@ -179,6 +193,7 @@ class Relevance(OwnsHandle):
                                              ctypes.byref(out)))
         return None if out.value < 0 else out.value
 
+    @serialized
     def keep_positions(self, seq=0):
         """Every non-visual position, ascending (NumPy int64): what to keep after a drop."""
         seq = _integer(seq, "seq")
@@ -190,6 +205,7 @@ class Relevance(OwnsHandle):
                                                      ctypes.byref(count)))
         return out[:count.value]
 
+    @serialized
     def close(self):
         if self._handle:
             lib.todre_relevance_destroy(self._handle)

@@ -9,7 +9,7 @@ from ._api import Objective, Order, Pivot, Reset, Status
 from ._context import context_for
 from ._enums import SelectParam, parse
 from ._errors import TodreError, check, invalid
-from ._handle import OwnsHandle
+from ._handle import OwnsHandle, serialized
 from ._ints import c_double, c_int, int64_array
 from ._lib import lib
 from ._params import _Kind
@@ -57,25 +57,30 @@ class SelectConfig(OwnsHandle):
             raise TodreError(Status.STATE, "select config: already closed")
         return self._handle
 
+    @serialized
     def set(self, param, value):
         """Set a selection parameter (int or float after its type)."""
         _PARAMS.set(self.handle, param, value)
 
+    @serialized
     def get(self, param):
         """Read a selection parameter."""
         return _PARAMS.get(self.handle, param)
 
+    @serialized
     def reset(self, what="params"):
         """Every parameter back to its default."""
         check(lib.todre_select_config_reset(self.handle, int(parse(Reset, what, "what"))))
         self.order = Order(self.get(SelectParam.ORDER))
 
+    @serialized
     def keep_count(self, n):
         """k for a token set of n rows (todre_select_keep_count)."""
         out = ctypes.c_int64()
         check(lib.todre_select_keep_count(self.handle, _integer(n, "n"), ctypes.byref(out)))
         return out.value
 
+    @serialized
     def close(self):
         if self._handle:
             lib.todre_select_config_destroy(self._handle)
@@ -105,8 +110,9 @@ def select_on(ctx, embeddings, keep=None, ratio=None, cls=None, objective="max-s
     emb = _prepare(embeddings, "embeddings")
     cls = None if cls is None else _prepare(cls, "cls")
     cfg = SelectConfig(keep, ratio, objective, pivot, pivot_range, seed, order)
-    stream = ctx.follow(emb)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(ctx._lock)      # the stream and the call, one thread at a time
+        stream = ctx.follow(emb)
         e = stack.enter_context(Borrowed(emb, "embeddings", stream))
         c = None if cls is None else stack.enter_context(Borrowed(cls, "cls", stream))
         k = cfg.keep_count(_rows(e, "embeddings"))
@@ -215,8 +221,9 @@ def select_batch_on(ctx, embeddings, offsets=None, keep=None, ratio=None, cls=No
     total = _batch_total(cfg, offs, keep_arr)
     cls = None if cls is None else _prepare(cls, "cls")
     out_offs = np.zeros(nsets + 1, dtype=np.int64)
-    stream = ctx.follow(emb)
     with contextlib.ExitStack() as stack:
+        stack.enter_context(ctx._lock)      # the stream and the call, one thread at a time
+        stream = ctx.follow(emb)
         e = stack.enter_context(Borrowed(emb, "embeddings", stream))
         c = None if cls is None else stack.enter_context(Borrowed(cls, "cls", stream))
         of = stack.enter_context(Borrowed(offs, "offsets"))
