@@ -11,13 +11,9 @@
 #                    contexts, todre_context_copy, stage 2 on device arrays)
 #                    on the CUDA module built for the CPU emulator
 #                    (tests/cuda_emu.cmake), when that is built
-# Dependencies: bindings/python/requirements-test.txt. Not registered in
-# sanitizer builds: the interpreter is not instrumented, and the C library is
-# covered there by the unit tests.
-if(TODRE_SANITIZE)
-  message(STATUS "python tests: not registered in a sanitizer build")
-  return()
-endif()
+# Dependencies: bindings/python/requirements-test.txt. In sanitizer builds
+# only python.threads_asan is registered (below): the interpreter is not
+# instrumented, and the C library is covered there by the unit tests.
 
 set(_todre_py_dir ${PROJECT_SOURCE_DIR}/bindings/python)
 set(_todre_py_env ${TODRE_TEST_ENV}
@@ -26,6 +22,34 @@ set(_todre_py_env ${TODRE_TEST_ENV}
   "PYTHONPATH=${_todre_py_dir}/src"
   "HF_HUB_OFFLINE=1" "TRANSFORMERS_OFFLINE=1" "TOKENIZERS_PARALLELISM=false"
   "PYTHONDONTWRITEBYTECODE=1")
+
+if(TODRE_SANITIZE)
+  #   python.threads_asan : the package's and todre.hf's thread tests against
+  #                    this build's AddressSanitizer-instrumented libtodre,
+  #                    with gcc's ASan runtime (and libstdc++, whose
+  #                    __cxa_throw it intercepts) preloaded into the
+  #                    interpreter: Python threads sharing contexts and
+  #                    models must not touch freed or foreign memory in the
+  #                    library. Leak checking is off (the interpreter's own
+  #                    allocations outlive it by design).
+  if(TODRE_SANITIZE MATCHES "address" AND CMAKE_C_COMPILER_ID STREQUAL "GNU")
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libasan.so
+                    OUTPUT_VARIABLE _todre_asan_rt OUTPUT_STRIP_TRAILING_WHITESPACE)
+    execute_process(COMMAND ${CMAKE_C_COMPILER} -print-file-name=libstdc++.so.6
+                    OUTPUT_VARIABLE _todre_stdcxx OUTPUT_STRIP_TRAILING_WHITESPACE)
+    if(IS_ABSOLUTE "${_todre_asan_rt}" AND IS_ABSOLUTE "${_todre_stdcxx}")
+      add_test(NAME python.threads_asan
+        COMMAND ${Python3_EXECUTABLE} -m pytest -q -p no:cacheprovider -rs
+                ${_todre_py_dir}/tests/test_context.py ${_todre_py_dir}/tests/hf/test_threads.py
+        WORKING_DIRECTORY ${_todre_py_dir})
+      set_tests_properties(python.threads_asan PROPERTIES
+        ENVIRONMENT "${_todre_py_env};LD_PRELOAD=${_todre_asan_rt} ${_todre_stdcxx};ASAN_OPTIONS=detect_leaks=0:halt_on_error=1;UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1"
+        TIMEOUT 900)
+    endif()
+  endif()
+  message(STATUS "python tests: only python.threads_asan in a sanitizer build")
+  return()
+endif()
 if(TARGET todre_cli)
   list(APPEND _todre_py_env "TODRE_CLI=$<TARGET_FILE:todre_cli>")
 endif()

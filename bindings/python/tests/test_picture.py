@@ -131,12 +131,18 @@ def test_model_llava_next(tmp_path):
     pv = torch.from_numpy(picture._pixels(crop, picture.CLIP_MEAN, picture.CLIP_STD))
     tower = model.model.vision_tower
     layer = model.config.vision_feature_layer
-    capture = hf_llava._ClsCapture(hf_llava._body(tower).encoder.layers[
+    handles = hf_llava.install(model)
+    capture = hf_llava._ClsRequest(hf_llava._body(tower).encoder.layers[
         hf_llava._feature_layer_index(tower, layer)].self_attn)
-    with torch.no_grad():
-        hidden = tower(pv.permute(2, 0, 1)[None], output_hidden_states=True).hidden_states
-        want = model.model.multi_modal_projector(hidden[layer][0, 1:]).numpy()
-    capture.close()
+    token = hf_llava._REQUEST.set(capture)
+    try:
+        with torch.no_grad():
+            hidden = tower(pv.permute(2, 0, 1)[None], output_hidden_states=True).hidden_states
+            want = model.model.multi_modal_projector(hidden[layer][0, 1:]).numpy()
+    finally:
+        hf_llava._REQUEST.reset(token)
+        for h in handles:
+            h.remove()
     np.testing.assert_allclose(emb, want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(cls, capture.maps[0, 1:].numpy(), rtol=1e-4, atol=1e-6)
     assert Image.open(out).size == tuple(report["size"])

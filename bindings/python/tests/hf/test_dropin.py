@@ -1,4 +1,4 @@
-"""todre.hf as a drop-in (issue #11), on tiny random LLaVA-NeXT and Qwen2.5-VL.
+"""todre.hf as a drop-in, on tiny random LLaVA-NeXT and Qwen2.5-VL.
 
 The identity property: enable(ratio=1.0, stage2=False) and enable(ratio=1.0,
 tau=0.0) give exactly the plain model's generate() output (sequences, scores,
@@ -220,7 +220,9 @@ def test_continue_from_cache(models, kind, variant):
 @pytest.mark.parametrize("variant", ("left", "right"))
 def test_llava_pruned_equals_the_plain_model_on_the_pruned_prompt(models, variant):
     """Stage 1 at ratio 0.5 = the plain model given the prompt without the dropped
-    placeholders (caller's padding side kept) and the kept features."""
+    placeholders and the kept features, each row keeping the trailing padding the
+    caller gave it (rows right-aligned: a row the caller did not pad at its end
+    is not padded there after pruning either)."""
     model = models["llava"]
     inputs, counts = make_inputs(models, "llava", variant)
     kw = dict(BASE, do_sample=False)
@@ -247,11 +249,13 @@ def test_llava_pruned_equals_the_plain_model_on_the_pruned_prompt(models, varian
             drop[img[start:start + n][own]] = True
             start, image = start + n, image + 1
         rows.append(ids[b][mask[b].bool() & ~drop])
-    width = max(r.numel() for r in rows)
+    # each row keeps the trailing padding the caller gave it; rows are right-aligned
+    trailing = [int(torch.cumprod((mask[b].flip(0) == 0).long(), 0).sum()) for b in range(len(rows))]
+    width = max(r.numel() + t for r, t in zip(rows, trailing))
     new_ids = torch.zeros(len(rows), width, dtype=torch.long)
     new_mask = torch.zeros_like(new_ids)
-    for b, r in enumerate(rows):
-        sl = slice(width - r.numel(), width) if variant == "left" else slice(0, r.numel())
+    for b, (r, t) in enumerate(zip(rows, trailing)):
+        sl = slice(width - t - r.numel(), width - t)
         new_ids[b, sl], new_mask[b, sl] = r, 1
     from transformers.modeling_outputs import BaseModelOutputWithPooling
     pruned = BaseModelOutputWithPooling(pooler_output=[f[k] for f, k in zip(feats, kept)])
@@ -291,6 +295,84 @@ def test_max_length_counts_the_callers_prompt(models):
     finally:
         todre.hf.disable(model)
     assert out.shape == ref.shape == (2, L + 3)
+
+
+def test_max_length_errors_speak_of_the_callers_prompt(models):
+    """A max_length the caller's prompt already reaches is refused with the very
+    message the plain model gives, not with the pruned prompt's lengths."""
+    model = models["llava"]
+    inputs, _ = make_inputs(models, "llava", "left")
+    L = inputs["input_ids"].shape[1]
+    for max_length in (L - 5, 10):
+        with pytest.raises(ValueError) as plain:
+            run(model, inputs, max_length=max_length, do_sample=False)
+        assert f"is {L}, but `max_length` is set to {max_length}." in str(plain.value)
+        todre.hf.enable(model, ratio=0.25, tau=1.0, probe_layers=[1])
+        try:
+            with pytest.raises(ValueError) as err:
+                run(model, inputs, max_length=max_length, do_sample=False)
+        finally:
+            todre.hf.disable(model)
+        assert str(err.value) == str(plain.value)
+
+
+@pytest.mark.parametrize("kind", ("llava", "qwen"))
+def test_right_padding_keeps_each_rows_own_padding(models, kind):
+    """Right padding where pruning shortens the longest (unpadded) row below another:
+    that row still ends in its last real token (padding goes in front of it), so it
+    continues exactly as the same row alone; the padded row keeps exactly the
+    trailing padding the caller gave it."""
+    model = models[kind]
+    if kind == "llava":
+        batch, counts = llava_batch(model, rows=(((64, 64),), ((32, 32),)))
+        token = LLAVA_IMAGE
+    else:
+        batch, counts = qwen_batch(model, rows=(((1, 8, 12),), ((1, 4, 4),)))
+        token = QWEN_IMAGE
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    real = [ids[b][mask[b].bool()].tolist() for b in range(2)]
+    extra = len(real[0]) - len(real[1]) - 2          # row 1: 2 shorter than row 0, more text
+    real[1] = real[1][:-2] + [20 + i % 50 for i in range(extra)] + real[1][-2:]
+    width = len(real[0])
+    new_ids = torch.zeros(2, width, dtype=torch.long)
+    new_mask = torch.zeros(2, width, dtype=torch.long)
+    for b, r in enumerate(real):
+        new_ids[b, :len(r)], new_mask[b, :len(r)] = torch.tensor(r), 1
+    right = dict(batch, input_ids=new_ids, attention_mask=new_mask)
+    alone = {k: (v[:1] if k in ("input_ids", "attention_mask") else v) for k, v in right.items()}
+    if kind == "qwen":
+        right["mm_token_type_ids"] = (new_ids == token).int()
+        alone["mm_token_type_ids"] = right["mm_token_type_ids"][:1]
+        alone["image_grid_thw"] = right["image_grid_thw"][:1]
+        alone["pixel_values"] = right["pixel_values"][:int(right["image_grid_thw"][0].prod())]
+    else:
+        alone["image_sizes"] = right["image_sizes"][:1]
+        alone["pixel_values"] = right["pixel_values"][:1]
+    assert new_mask[0].all() and not new_mask[1, -1]
+    kw = dict(BASE, do_sample=False)
+    seen = []
+    lm = model.model.language_model
+    todre.hf.enable(model, ratio=0.25, stage2=False)
+    handle = lm.register_forward_pre_hook(
+        lambda m, a, k: seen.append(k.get("attention_mask")), with_kwargs=True)
+    try:
+        out = run(model, right, **kw)
+        st = todre.hf.stats(model)
+        handle.remove()
+        one = run(model, alone, **kw)
+    finally:
+        handle.remove()
+        todre.hf.disable(model)
+    k = [expected_k(n, 0.25) for n in counts]
+    assert st["kept_tokens"] == k
+    assert len(real[0]) - counts[0] + k[0] < len(real[1]) - counts[1] + k[1]   # row 0 now shorter
+    prefill = seen[0]
+    assert prefill[0, -1] == 1                       # row 0 still ends in a real token
+    trailing = int(torch.cumprod((prefill[1].flip(0) == 0).long(), 0).sum())
+    assert trailing == 2                             # row 1: exactly the caller's padding
+    assert torch.equal(out.sequences[0, -NEW:], one.sequences[0, -NEW:])
+    for a, b in zip(out.scores, one.scores):
+        assert torch.allclose(a[0], b[0], atol=1e-5)
 
 
 def test_prompts_without_text_after_the_image_keep_their_visual_tokens(models):

@@ -1,5 +1,5 @@
 """An enabled model through deepcopy, save / load, attention switches, plain
-forwards, compilation and static caches (issue #11, classes 5-7)."""
+forwards, compilation and static caches."""
 
 import copy
 
@@ -205,3 +205,57 @@ def test_static_cache_with_compiled_decoding_and_no_drop():
     finally:
         todre.hf.disable(model)
     assert same(got, want)
+
+
+def _recompilations(model, batches, cfg):
+    """Recompilations torch.compile reports (its recompiles log, which
+    transformers' own compile test reads) for generate()'s automatic
+    compilation of the decoding steps, over calls on two different batches of
+    one shape, after the same calls without compilation (the sequence that
+    test runs)."""
+    import logging
+    from transformers import CompileConfig
+    compile_config = CompileConfig(backend="eager", fullgraph=True, dynamic=False)
+    compile_config._compile_all_devices = True
+    kw = dict(GEN, max_new_tokens=5, min_new_tokens=5, compile_config=compile_config)
+    torch.compiler.reset()
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("torch._dynamo")
+    if cfg is not None:
+        todre.hf.enable(model, **cfg)
+    try:
+        with torch.compiler.set_stance("force_eager"):
+            for batch in batches:
+                gen(model, batch, **kw)
+        torch._logging.set_logs(recompiles=True)
+        logger.addHandler(handler)
+        outs = [gen(model, batch, cache_implementation="static", **kw) for batch in batches]
+    finally:
+        logger.removeHandler(handler)
+        torch._logging.set_logs()
+        if cfg is not None:
+            todre.hf.disable(model)
+    return sum("ecompil" in r.getMessage() for r in records), outs
+
+
+@pytest.mark.parametrize("kind", ("llava", "qwen"))
+def test_compiled_decoding_compiles_as_often_as_the_plain_model(kind):
+    """The hooks add no recompilation in any mode that compiles the decoding
+    steps (stage 2 at tau 0, stage 2 off, with or without stage 1): inside a
+    compiled graph they return before reading any state."""
+    make, batch = BUILD[kind]
+    model = make(num_layers=3)
+    rows = (((40, 60),), ((64, 30),)) if kind == "llava" else (((1, 8, 12),), ((1, 4, 8),))
+    first = batch(model, rows=rows, seed=1)[0]
+    second = batch(model, rows=rows, seed=2)[0]
+    second["input_ids"] = second["input_ids"].clone()
+    second["input_ids"][:, -1] = 11                  # a different prompt of the same shape
+    plain, want = _recompilations(model, (first, second), None)
+    for cfg in (dict(ratio=1.0, tau=0.0), dict(ratio=None, tau=0.0),
+                dict(ratio=0.5, tau=0.0), dict(ratio=0.5, stage2=False)):
+        count, outs = _recompilations(model, (first, second), cfg)
+        assert count == plain, cfg
+        if cfg["ratio"] == 1.0 or cfg["ratio"] is None:
+            assert all(same(a, b) for a, b in zip(outs, want))

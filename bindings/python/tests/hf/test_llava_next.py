@@ -79,11 +79,11 @@ def test_pivot_is_the_thumbnail_cls_argmax(model, batch):
     try:
         generate(model, inputs)
         st = todre.hf.stats(model)
+        with torch.no_grad():          # (the [CLS] capture hooks belong to the enabled model)
+            feats, cls, thumb = image_features(model, inputs["pixel_values"],
+                                               inputs["image_sizes"], -2, "default")
     finally:
         todre.hf.disable(model)
-    with torch.no_grad():
-        feats, cls, thumb = image_features(model, inputs["pixel_values"], inputs["image_sizes"],
-                                           -2, "default")
     assert thumb == 16 and cls is not None
     for f, a, kept in zip(feats, cls, st["kept_indices"]):
         assert a.shape[0] == f.shape[0] and float(a.max()) <= 1.0
@@ -96,11 +96,13 @@ def test_pivot_is_the_thumbnail_cls_argmax(model, batch):
 def test_cls_map_matches_eager_attention(model, batch):
     """The CLS row computed from the layer's Q and K equals the attention
     probabilities an eager vision tower reports."""
-    from todre.hf._llava_next import _ClsCapture
+    from todre.hf._llava_next import _REQUEST, _ClsRequest, install
     inputs, _ = batch
     tower = model.model.vision_tower
     pv = inputs["pixel_values"][0, :3]
-    cap = _ClsCapture(tower.encoder.layers[1].self_attn)
+    handles = install(model)
+    req = _ClsRequest(tower.encoder.layers[1].self_attn)
+    token = _REQUEST.set(req)
     old = tower.config._attn_implementation
     tower.config._attn_implementation = "eager"
     try:
@@ -108,9 +110,11 @@ def test_cls_map_matches_eager_attention(model, batch):
             out = tower(pv, output_attentions=True, return_dict=True)
     finally:
         tower.config._attn_implementation = old
-        cap.close()
+        _REQUEST.reset(token)
+        for h in handles:
+            h.remove()
     want = out.attentions[1].mean(dim=1)[:, 0]
-    assert torch.allclose(cap.maps, want, atol=1e-6)
+    assert torch.allclose(req.maps, want, atol=1e-6)
 
 
 def test_kv_cache_after_drop_excludes_visual_tokens(model, batch):

@@ -10,10 +10,12 @@ Qwen2_5_VLForConditionalGeneration, transformers 5.x (tested with 5.23). Only
 generate() changes (every input and decoding mode of the plain model, or a
 TodreError UNSUPPORTED where stage 2 cannot follow: attention other than
 'sdpa' / 'eager', compiled forwards, non-dynamic caches when a drop is
-possible, chunked prefill). See docs/hf.md.
+possible, chunked prefill). Several threads may call generate() on one
+enabled model at once (each call keeps its own state; stats() is per
+thread), and a chat turn that continues from the cache with new images is
+pruned like a first turn. See docs/hf.md.
 """
 
-import contextlib
 import types
 
 import transformers
@@ -25,6 +27,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
                       f"{transformers.__version__}")
 
 from . import _generate, _llava_next, _qwen2_5_vl
+from ._call import Owner
 from ._stage2 import Stage2
 
 __all__ = ["enable", "disable", "stats", "is_enabled"]
@@ -36,6 +39,8 @@ _ADAPTERS = {
 
 
 class _Settings:
+    """What enable() was given (read-only during calls)."""
+
     def __init__(self, ratio, keep, objective, pivot, seed, fallback_pivot):
         self.ratio = ratio
         self.keep = keep
@@ -43,7 +48,6 @@ class _Settings:
         self.pivot = pivot
         self.seed = seed
         self.fallback_pivot = fallback_pivot
-        self.last = {}
 
     @property
     def stage1_off(self):
@@ -53,50 +57,30 @@ class _Settings:
     def ratio_or_none(self):
         return None if self.keep is not None else self.ratio
 
-    def record_stage1(self, before, kept, llm_image_tokens):
-        self.last = {"image_tokens": [int(n) for n in before],
-                     "kept_tokens": [int(k.numel()) for k in kept],
-                     "kept_indices": [k.clone() for k in kept],
-                     "llm_image_tokens": [int(v) for v in llm_image_tokens]}
 
-
-class _State:
+class _State(Owner):
     """Everything enable() attaches to a model (model._todre_state). Holds no
     reference to the model itself, so copy.deepcopy(model) gives a clone whose
-    state, generate() and hooks are the clone's own."""
+    state, generate() and hooks are the clone's own. What one generate() call
+    decides lives in that call's Call (see _call.py), never here."""
 
-    def __init__(self, settings, stage2, adapter_name, original_generate):
+    def __init__(self, settings, stage2, adapter_name, original_generate, hooks):
+        super().__init__()
         self.settings = settings
         self.stage2 = stage2
         self.adapter_name = adapter_name
         self.original_generate = original_generate   # an instance-level generate, if any
-        self.depth = 0
+        self.hooks = hooks                             # the adapter's own hook handles
 
     def original(self, model):
         if self.original_generate is not None:
             return self.original_generate
         return types.MethodType(type(model).generate, model)
 
-    @contextlib.contextmanager
-    def generating(self):
-        self.depth += 1
-        if self.stage2 is not None:
-            self.stage2.depth += 1
-        try:
-            yield
-        finally:
-            self.depth -= 1
-            if self.stage2 is not None:
-                self.stage2.depth -= 1
-
 
 def _generate_method(model, *args, **kwargs):
     """The generate() of an enabled model (bound to it, so deepcopy rebinds it)."""
     state = model._todre_state
-    if not state.settings.stage1_off and state.depth == 0:
-        state.settings.last = {}
-    if state.stage2 is not None and state.depth == 0:
-        state.stage2.last = {}
     return _generate.generate(model, state, _ADAPTERS[state.adapter_name], args, kwargs)
 
 
@@ -147,9 +131,11 @@ def enable(model, ratio=0.1, tau=0.1, probe_layers=None, stage2=True, keep=None,
     """
     name = _adapter_name(model)
     if is_enabled(model):
-        disable(model)
+        model._todre_state.check_idle("enable")
     settings = _Settings(ratio, keep, objective, pivot, seed, fallback_pivot)
     _validate(settings)
+    if is_enabled(model):
+        disable(model)
     drop = None
     if stage2:
         lm = model.model.language_model
@@ -160,7 +146,10 @@ def enable(model, ratio=0.1, tau=0.1, probe_layers=None, stage2=True, keep=None,
         except Exception:
             drop.remove()
             raise
-    state = _State(settings, drop, name, model.__dict__.get("generate"))
+    hooks = [] if settings.stage1_off else _ADAPTERS[name].install(model)
+    state = _State(settings, drop, name, model.__dict__.get("generate"), hooks)
+    if drop is not None:
+        drop.key = state
     model.generate = types.MethodType(_generate_method, model)
     model._todre_state = state
     return model
@@ -215,12 +204,17 @@ def _validate(settings):
 
 
 def disable(model):
-    """Remove every hook and restore the model's own generate()."""
+    """Remove every hook and restore the model's own generate(). TodreError
+    STATE while a generate() of the model is running (in any thread)."""
     state = getattr(model, "_todre_state", None)
     if state is None:
         return model
+    state.check_idle("disable")
     if state.stage2 is not None:
         state.stage2.remove()
+    for handle in state.hooks:
+        handle.remove()
+    state.hooks = []
     if "generate" in model.__dict__:
         del model.__dict__["generate"]
     if state.original_generate is not None:
@@ -234,14 +228,13 @@ def is_enabled(model):
 
 
 def stats(model):
-    """What the last generate() did: image tokens per image before / after
-    stage 1 and the kept indices; per sequence the visual tokens that reached
-    the LLM, the drop layer (None = no drop) and the probed ratios
-    {(seq, layer): (alpha_t2v, alpha_v2t)}."""
+    """What the last generate() of `model` made in the calling thread did:
+    image tokens per image before / after stage 1 and the kept indices; per
+    sequence the image tokens that reached the LLM, the visual tokens of the
+    prefill, the drop layer (None = no drop) and the probed ratios
+    {(seq, layer): (alpha_t2v, alpha_v2t)}. Calls made in other threads at
+    the same time do not change it."""
     state = getattr(model, "_todre_state", None)
     if state is None:
         return {}
-    out = dict(state.settings.last)
-    if state.stage2 is not None:
-        out.update(state.stage2.last)
-    return out
+    return state.last_stats()

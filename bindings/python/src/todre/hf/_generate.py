@@ -5,18 +5,22 @@ Order of business for one call:
 1. refusals (TodreError UNSUPPORTED) for what stage 2 cannot follow: another
    attention implementation, a static / quantized / offloaded cache, compiled
    forwards, chunked prefill, continuous batching;
-2. a call continuing from a KV cache that an enabled generate() filled: the
-   caller's sequences are translated to the pruned prompt the cache holds
-   (PromptMap), the output is translated back;
-3. a call with images (pixel_values, or pre-encoded mm_encoder_outputs) and
+2. the call's own state (a Call, see _call.py): everything below reads and
+   writes only that, so calls running at the same time in other threads never
+   interfere;
+3. a call continuing from a KV cache: the caller's sequences are translated to
+   the pruned sequence the cache holds (PromptMap), images the new turn adds
+   are selected and pruned like a first turn's, and the output is translated
+   back;
+4. a call with images (pixel_values, or pre-encoded mm_encoder_outputs) and
    stage 1 on: features, selection, the pruned prompt, and generate() on it;
-4. anything else: the model's own generate() (stage 2 still acts in prefills).
+5. anything else: the model's own generate() (stage 2 still acts in prefills).
 """
 
 import torch
 
-from ._prompt import (PromptMap, cache_length, dropped_placeholders, effective_mask, invalid,
-                      keyword_call, pad_token, padding_side, placeholder_mask,
+from ._prompt import (PromptMap, cache_length, dropped_placeholders, effective_mask,
+                      in_callers_terms, invalid, keyword_call, pad_token, placeholder_mask,
                       translate_lengths, unsupported)
 from ._select import select_each
 
@@ -32,23 +36,25 @@ def generate(model, state, adapter, args, kwargs):
     if kw.get("cache_implementation") == "paged":
         raise unsupported("generate(): cache_implementation='paged' (continuous batching) is "
                           "not supported by todre.hf; disable it first")
-    if state.depth > 0:
-        # a generate() inside an enabled one (the model as its own assistant): its
-        # prompt and features are the pruned ones already
-        with state.generating():
+    with state.call() as call:
+        if call.depth > 1:
+            # a generate() inside an enabled one (the model as its own assistant): its
+            # prompt and features are the pruned ones already
             return original(**kw)
-    with state.generating():
         past = kw.get("past_key_values")
-        if past is not None and cache_length(past) == 0:
+        cached = cache_length(past)
+        if past is not None and cached == 0:
             tag(None, past)                    # a cache reused for a new prompt
-        if cache_length(past) > 0:
+        new_images = not state.settings.stage1_off and adapter.has_images(kw)
+        if cached > 0:
             pmap = getattr(past, "_todre_prompt", None)
-            if pmap is None:
+            if pmap is None and not new_images:
                 return original(**kw)          # a cache of unpruned prompts: continue as is
-            return _continue(model, adapter, pmap, original, kw)
-        if state.settings.stage1_off or not adapter.has_images(kw):
+            return _continue(model, state, call, adapter, pmap, original, kw, cached,
+                             new_images)
+        if not new_images:
             return original(**kw)
-        return _stage1(model, state, adapter, original, kw)
+        return _stage1(model, state, call, adapter, original, kw)
 
 
 def check_stage2_call(model, state, kw):
@@ -101,21 +107,42 @@ def is_compiled(model):
 
 
 # -- stage 1 ----------------------------------------------------------------------
-def _stage1(model, state, adapter, original, kw):
-    settings = state.settings
+def _select_images(model, state, adapter, kw, is_img):
+    """Encode the call's images (popping their inputs off kw), select each one's
+    kept tokens and find the placeholder columns that leave: (features, kept
+    indices, dropped [rows, columns of is_img])."""
+    with torch.no_grad():
+        feats, cls, pivot_range = adapter.encode(model, kw)
+        kept = select_each(feats, cls, pivot_range, state.settings)
+    drop = dropped_placeholders(is_img, [f.shape[0] for f in feats], kept)
+    return feats, kept, drop
+
+
+def _pruned_features(kw, feats, kept):
+    from transformers.modeling_outputs import BaseModelOutputWithPooling
+    pruned = [f[k.to(f.device)] for f, k in zip(feats, kept)]
+    mm = dict(kw.get("mm_encoder_outputs") or {})
+    mm["image"] = BaseModelOutputWithPooling(pooler_output=pruned)
+    kw["mm_encoder_outputs"] = mm
+
+
+def _record(call, feats, kept, reaching):
+    call.stage1 = {"image_tokens": [int(f.shape[0]) for f in feats],
+                   "kept_tokens": [int(k.numel()) for k in kept],
+                   "kept_indices": [k.clone() for k in kept],
+                   "llm_image_tokens": [int(v) for v in reaching]}
+
+
+def _stage1(model, state, call, adapter, original, kw):
     ids, embeds = kw.get("input_ids"), kw.get("inputs_embeds")
     if ids is None and embeds is None:
         return original(**kw)                  # generate() reports what is missing
     token = adapter.image_token_id(model)
     mask, had_mask = effective_mask(model, ids, embeds, kw)
-
-    with torch.no_grad():
-        feats, cls, pivot_range = adapter.encode(model, kw)
-        is_img = placeholder_mask(model, ids, embeds, token)
-        kept = select_each(feats, cls, pivot_range, settings)
-    drop = dropped_placeholders(is_img, [f.shape[0] for f in feats], kept)
+    is_img = placeholder_mask(model, ids, embeds, token)
+    feats, kept, drop = _select_images(model, state, adapter, kw, is_img)
     is_pad = (mask == 0).to(drop.device) & ~is_img
-    pmap = PromptMap.build(~drop, is_pad, ids, padding_side(mask))
+    pmap = PromptMap.build(~drop, is_pad, ids)
 
     orig_kw = dict(kw)
     pad = pad_token(model, ids, mask)
@@ -130,52 +157,90 @@ def _stage1(model, state, adapter, original, kw):
         kw["inputs_embeds"] = pmap.gather(embeds, fill.detach())
     new_img = pmap.gather(is_img, False)
     adapter.prune_columns(model, kw, orig_kw, pmap, mask, new_mask)
-
-    from transformers.modeling_outputs import BaseModelOutputWithPooling
-    pruned = [f[k.to(f.device)] for f, k in zip(feats, kept)]
-    mm = dict(kw.get("mm_encoder_outputs") or {})
-    mm["image"] = BaseModelOutputWithPooling(pooler_output=pruned)
-    kw["mm_encoder_outputs"] = mm
-    translate_lengths(model, kw, pmap.length - pmap.new_length)
-    if state.depth == 1:
-        settings.record_stage1([f.shape[0] for f in feats], kept,
-                               (new_img & new_mask.bool().to(new_img.device)).sum(-1))
+    _pruned_features(kw, feats, kept)
+    shrink = pmap.length - pmap.new_length
+    translate_lengths(model, kw, shrink)
+    _record(call, feats, kept, (new_img & new_mask.bool().to(new_img.device)).sum(-1))
 
     past = kw.get("past_key_values")
-    out = original(**kw)
+    out = _run(original, kw, shrink)
     tag(pmap, past, out)
     return pmap.restore(out, ids)
 
 
-# -- continuing from a pruned cache ---------------------------------------------------
-def _continue(model, adapter, pmap, original, kw):
+def _run(original, kw, shrink):
+    """The model's own generate() on the pruned call; its complaint about the
+    prompt's length against max_length is given in the caller's lengths."""
+    try:
+        return original(**kw)
+    except ValueError as exc:
+        mapped = in_callers_terms(exc, shrink)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+# -- continuing from a cache ----------------------------------------------------------
+def _continue(model, state, call, adapter, pmap, original, kw, cached, new_images):
+    """A call whose cache holds an earlier turn (pmap: how that turn was pruned;
+    None: not pruned). The caller passes its whole sequence; the columns the
+    cache holds are translated by the map, and images in the uncached columns
+    (the new turn) are selected and pruned like a first turn's."""
     ids, embeds = kw.get("input_ids"), kw.get("inputs_embeds")
-    caller_prefix = None
-    if ids is not None and ids.shape[1] >= pmap.length:
-        rows = pmap.rows_for(ids.shape[0])
-        if pmap.orig_ids is not None and not torch.equal(
-                ids[:, :pmap.length], pmap.orig_ids.to(ids.device)[rows]):
-            raise invalid("past_key_values: input_ids do not start with the prompt this "
-                          "cache was filled from (pass the sequences generate() returned)")
-        caller_prefix = ids[:, :pmap.length]
-        kw["input_ids"] = pmap.gather(ids, pad_token(model, ids, None))
-    if embeds is not None and embeds.shape[1] >= pmap.length:
+    ref = ids if ids is not None else embeds
+    if ref is None:
+        return original(**kw)                  # generate() reports what is missing
+    n, T = ref.shape[:2]
+    base = pmap
+    if base is None:
+        base = PromptMap.identity(n, cached, None if ids is None else ids[:, :cached],
+                                  ref.device)
+    covered = base.length + (cached - base.new_length)   # the caller's columns in the cache
+    if T <= covered:
+        if new_images:
+            raise invalid(f"input_ids: the call passes images, but its {T} columns hold no "
+                          f"new turn after the {covered} the cache holds")
+        if T < base.length:
+            return original(**kw)              # generate() reports the short input
+    rows = base.rows_for(n)
+    if ids is not None and base.orig_ids is not None and not torch.equal(
+            ids[:, :base.length], base.orig_ids.to(ids.device)[rows]):
+        raise invalid("past_key_values: input_ids do not start with the prompt this "
+                      "cache was filled from (pass the sequences generate() returned)")
+    mask, had_mask = effective_mask(model, ids, embeds, kw)
+    if mask.shape[:2] != (n, T):
+        raise invalid(f"attention_mask: shape {tuple(mask.shape)} for {n} rows of {T} "
+                      "columns (a continued call's mask covers the whole sequence)")
+    orig_kw = dict(kw)
+    pm = base
+    if new_images:
+        token = adapter.image_token_id(model)
+        is_img = placeholder_mask(model, None if ids is None else ids[:, covered:],
+                                  None if embeds is None else embeds[:, covered:], token)
+        feats, kept, drop = _select_images(model, state, adapter, kw, is_img)
+        pm = base.extend(rows, T, covered, ~drop, ids)
+        _pruned_features(kw, feats, kept)
+    if ids is not None:
+        kw["input_ids"] = pm.gather(ids, pad_token(model, ids, None))
+    if embeds is not None and embeds.shape[1] >= pm.length:
         fill = model.get_input_embeddings()(torch.tensor(pad_token(model, None, None),
                                                           device=embeds.device))
-        kw["inputs_embeds"] = pmap.gather(embeds, fill.detach())
-    mask = kw.get("attention_mask")
-    if mask is not None and mask.shape[1] >= pmap.length:
-        kw["attention_mask"] = pmap.gather(mask, 0)
-    elif mask is None and caller_prefix is not None and bool((pmap.index < 0).any()):
-        # added padding columns need a mask: the one generate() would infer, translated
-        full, _ = effective_mask(model, ids, None, kw)
-        kw["attention_mask"] = pmap.gather(full, 0)
-    adapter.continue_columns(model, kw, pmap)
-    translate_lengths(model, kw, pmap.length - pmap.new_length)
+        kw["inputs_embeds"] = pm.gather(embeds, fill.detach())
+    new_mask = pm.gather(mask, 0)
+    if had_mask or bool((pm.index < 0).any()):
+        kw["attention_mask"] = new_mask
+    adapter.continue_columns(model, kw, orig_kw, base, pm, mask, new_mask)
+    shrink = pm.length - pm.new_length
+    translate_lengths(model, kw, shrink)
+    if pm is not base:
+        # the new turn's columns are those after the `cached` ones the cache holds
+        new_img = placeholder_mask(model, kw.get("input_ids"), kw.get("inputs_embeds"), token)
+        reaching = (new_img & new_mask.bool().to(new_img.device))[:, cached:]
+        _record(call, feats, kept, reaching.sum(-1))
     past = kw.get("past_key_values")
-    out = original(**kw)
-    tag(pmap, past, out)
-    return pmap.restore(out, caller_prefix)
+    out = _run(original, kw, shrink)
+    tag(pm, past, out)
+    return pm.restore(out, None if ids is None else ids[:, :pm.length])
 
 
 def tag(pmap, *caches):

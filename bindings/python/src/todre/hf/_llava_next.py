@@ -13,33 +13,55 @@ token, and ratio 1.0 reproduces the unpruned prompt exactly. Their [CLS] value
 is 0 (they have no vision-tower attention).
 """
 
+import contextvars
+
 import torch
 
 from ._prompt import invalid
 
 
-class _ClsCapture:
-    """Captures the [CLS] row of one CLIP encoder layer's attention, averaged
-    over heads, from that layer's own Q and K (the tower keeps its attention
-    implementation)."""
+class _ClsRequest:
+    """One call's request for the [CLS] row of one CLIP attention module."""
 
     def __init__(self, attn):
         self.attn = attn
         self.maps = None
-        self.handle = attn.register_forward_pre_hook(self._hook, with_kwargs=True)
 
-    def _hook(self, attn, args, kwargs):
-        x = kwargs.get("hidden_states", args[0] if args else None)
-        P, T, _ = x.shape
-        hd = attn.head_dim
-        q = attn.q_proj(x[:, :1]).view(P, 1, -1, hd).transpose(1, 2)
-        k = attn.k_proj(x).view(P, T, -1, hd).transpose(1, 2)
-        probs = torch.softmax((q.float() @ k.float().transpose(-1, -2)) * attn.scale, dim=-1)
-        self.maps = probs.mean(dim=1)[:, 0]          # [P, T], CLS row
+
+# The request of the image encoding running in this context (thread), if any.
+_REQUEST = contextvars.ContextVar("todre_hf_cls_request", default=None)
+
+
+def _cls_hook(attn, args, kwargs):
+    """Forward pre-hook on every CLIP attention module of an enabled model: when
+    the encoding running in this context asked for this module's [CLS] row,
+    compute it, averaged over heads, from the layer's own Q and K (the tower
+    keeps its attention implementation). A module-level function: deepcopy of
+    the model keeps it, and it holds no state of its own."""
+    if torch.compiler.is_compiling():
         return None
+    req = _REQUEST.get()
+    if req is None or req.attn is not attn:
+        return None
+    x = kwargs.get("hidden_states", args[0] if args else None)
+    P, T, _ = x.shape
+    hd = attn.head_dim
+    q = attn.q_proj(x[:, :1]).view(P, 1, -1, hd).transpose(1, 2)
+    k = attn.k_proj(x).view(P, T, -1, hd).transpose(1, 2)
+    probs = torch.softmax((q.float() @ k.float().transpose(-1, -2)) * attn.scale, dim=-1)
+    req.maps = probs.mean(dim=1)[:, 0]           # [P, T], CLS row
+    return None
 
-    def close(self):
-        self.handle.remove()
+
+def install(model):
+    """The hooks stage 1 needs, installed once by enable() (removed by disable()):
+    the [CLS] capture on each vision encoder layer, idle outside an encoding
+    that asks for it."""
+    tower = model.model.vision_tower
+    if not _has_cls(tower):
+        return []
+    return [layer.self_attn.register_forward_pre_hook(_cls_hook, with_kwargs=True)
+            for layer in _body(tower).encoder.layers]
 
 
 def _body(vision_tower):
@@ -68,14 +90,14 @@ def image_features(model, pixel_values, image_sizes, layer, strategy):
     capture = None
     if _has_cls(tower):
         idx = _feature_layer_index(tower, layer)
-        capture = _ClsCapture(_body(tower).encoder.layers[idx].self_attn)
+        capture = _ClsRequest(_body(tower).encoder.layers[idx].self_attn)
+    token = _REQUEST.set(capture)
     try:
         out = inner.get_image_features(pixel_values, image_sizes, vision_feature_layer=layer,
                                        vision_feature_select_strategy=strategy,
                                        return_dict=True)
     finally:
-        if capture is not None:
-            capture.close()
+        _REQUEST.reset(token)
     feats = list(out.pooler_output)
     per_tile = model.config.vision_config.image_size // model.config.vision_config.patch_size
     thumb = per_tile * per_tile + (0 if strategy == "default" else 1)
@@ -151,7 +173,9 @@ def prune_columns(model, kw, orig_kw, pmap, mask, new_mask):
         kw["position_ids"] = pmap.gather(pid, 0, dim=pid.dim() - 1)
 
 
-def continue_columns(model, kw, pmap):
+def continue_columns(model, kw, orig_kw, base, pmap, mask, new_mask):
+    """A continued turn: explicit position ids follow the map (else generate()
+    numbers the translated sequence from its mask, continuing the pruned one)."""
     pid = kw.get("position_ids")
     if pid is not None and pid.shape[-1] >= pmap.length:
         kw["position_ids"] = pmap.gather(pid, 0, dim=pid.dim() - 1)

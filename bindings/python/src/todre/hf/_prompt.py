@@ -4,12 +4,21 @@ A pruned prompt is described by a PromptMap: for every column of the pruned
 batch, the caller's column it comes from (or -1 for a padding column that had
 to be added so rows of different pruned lengths stack). Every per-column
 tensor of the call (ids, mask, embeddings, token types, position ids) is
-gathered through the same map, so they stay consistent; the caller's padding
-side, padding and masked columns are kept as they are (only dropped image
-placeholders leave). The map travels with the KV cache the call fills, so a
-later generate() that continues from that cache with the caller's own
-sequences is translated the same way.
+gathered through the same map, so they stay consistent. Only dropped image
+placeholders leave; every other column, padding and masked ones included,
+stays in its row in order. Rows are right-aligned: each row keeps exactly
+the trailing padding the caller gave it, and a row whose pruned prompt is
+shorter than the longest gets masked padding in front, so a row that ends
+in a real token in the caller's batch ends in it here too (with left
+padding, this is the caller's own layout; with right padding, no row
+becomes padded at its end by pruning).
+
+The map travels with the KV cache the call fills, so a later generate() that
+continues from that cache with the caller's own sequences is translated the
+same way; a continued turn that adds images extends it (PromptMap.extend).
 """
+
+import re
 
 import torch
 
@@ -131,16 +140,24 @@ def _leading(flags):
     return torch.cumprod(flags.long(), dim=1).sum(1)
 
 
+def _right_aligned(rows, device):
+    """[len(rows), max length]: each row's columns at the end, -1 in front."""
+    width = max(int(r.numel()) for r in rows)
+    index = torch.full((len(rows), width), -1, dtype=torch.long, device=device)
+    for b, r in enumerate(rows):
+        index[b, width - r.numel():] = r
+    return index
+
+
 class PromptMap:
     """Columns of a pruned batch: index [B, L'] (the caller's column, -1 = added
     padding) over a caller batch of B rows and L columns."""
 
-    def __init__(self, index, length, orig_ids, side):
+    def __init__(self, index, length, orig_ids):
         self.index = index
         self.length = length          # the caller's prompt length L
         self.orig_ids = orig_ids      # the caller's prompt ids [B, L] (None: embeddings only)
-        self.side = side
-        self.extra = {}               # adapter state (Qwen: rope_deltas)
+        self.extra = {}               # adapter state (Qwen: the caller's positions)
 
     @property
     def batch(self):
@@ -151,27 +168,39 @@ class PromptMap:
         return self.index.shape[1]
 
     @classmethod
-    def build(cls, keep, is_pad, orig_ids, side):
+    def build(cls, keep, is_pad, orig_ids):
         """keep [B, L]: the columns that stay; is_pad [B, L]: padding columns (mask 0,
-        not a placeholder). Rows are aligned on the caller's padding side; padding
-        columns that every row then has beyond those the caller had are trimmed."""
+        not a placeholder). Rows are right-aligned (see the module docstring);
+        leading padding columns that every row then has beyond those the caller
+        had are trimmed."""
         B, L = keep.shape
         rows = [torch.nonzero(keep[b]).flatten() for b in range(B)]
-        width = max(int(r.numel()) for r in rows)
-        index = torch.full((B, width), -1, dtype=torch.long, device=keep.device)
-        for b, r in enumerate(rows):
-            if side == "left":
-                index[b, width - r.numel():] = r
-            else:
-                index[b, :r.numel()] = r
+        index = _right_aligned(rows, keep.device)
         pad_new = (index < 0) | is_pad.gather(1, index.clamp_min(0))
-        if side == "left":
-            trim = int(_leading(pad_new).min()) - int(_leading(is_pad).min())
-            index = index[:, max(trim, 0):]
-        else:
-            trim = int(_leading(pad_new.flip(1)).min()) - int(_leading(is_pad.flip(1)).min())
-            index = index[:, :index.shape[1] - max(trim, 0)]
-        return cls(index, L, orig_ids, side)
+        trim = int(_leading(pad_new).min()) - int(_leading(is_pad).min())
+        return cls(index[:, max(trim, 0):], L, orig_ids)
+
+    @classmethod
+    def identity(cls, rows, length, orig_ids, device):
+        """The map of `length` columns that no call pruned (a cache filled by the
+        plain model or by a call without images)."""
+        index = torch.arange(length, device=device).expand(rows, -1).clone()
+        return cls(index, length, orig_ids)
+
+    def extend(self, rows, total, covered, keep_new, orig_ids):
+        """The map of a continued turn over the caller's `total` columns: this
+        map's columns for the first `length` of them (map rows `rows`), the
+        columns up to `covered` (the cache holds them) one to one, then the
+        uncached columns that stay (keep_new [n, total - covered]) right-aligned:
+        a row that keeps fewer of them than another gets masked padding in front
+        of its new columns."""
+        head = self.index[rows]
+        device = head.device
+        n = head.shape[0]
+        mid = torch.arange(self.length, covered, device=device).expand(n, -1)
+        new = [torch.nonzero(keep_new[b]).flatten().to(device) + covered for b in range(n)]
+        index = torch.cat([head, mid, _right_aligned(new, device)], dim=1)
+        return PromptMap(index, total, orig_ids)
 
     def rows_for(self, n):
         """Map n rows (the caller's rows, possibly expanded by generate()) to map rows."""
@@ -219,13 +248,6 @@ class PromptMap:
         return fixed
 
 
-def padding_side(mask):
-    """'right' when some row ends in padding and none starts with it, else 'left'."""
-    if mask.shape[1] and bool((mask[:, -1] == 0).any()) and not bool((mask[:, 0] == 0).any()):
-        return "right"
-    return "left"
-
-
 def translate_lengths(model, kw, shrink):
     """An absolute max_length / min_length counts the caller's prompt: shorten
     them by what stage 1 removed, so the caller gets the same number of new
@@ -250,3 +272,21 @@ def translate_lengths(model, kw, shrink):
         min_length = explicit("min_length")
         if min_length:
             kw["min_length"] = max(min_length - shrink, 0)
+
+
+_LENGTH_ERROR = re.compile(r"^Input length of (\w+) is (-?\d+), but `max_length` is set to (-?\d+)\.")
+
+
+def in_callers_terms(exc, shrink):
+    """generate()'s ValueError about the input length against max_length, with the
+    caller's lengths instead of the pruned prompt's (the same message the plain
+    model gives for the same call), or None for any other error."""
+    if shrink == 0 or not isinstance(exc, ValueError):
+        return None
+    text = str(exc)
+    m = _LENGTH_ERROR.match(text)
+    if m is None:
+        return None
+    head = (f"Input length of {m.group(1)} is {int(m.group(2)) + shrink}, but `max_length` "
+            f"is set to {int(m.group(3)) + shrink}.")
+    return ValueError(head + text[m.end():])

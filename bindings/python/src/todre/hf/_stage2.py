@@ -2,8 +2,11 @@
 
 Hooks only; the model keeps its attention implementation (sdpa or eager, read
 at every prefill, so set_attn_implementation() after enable() is followed).
-The hooks act only inside an enabled generate(); a plain forward (training,
-labels, scoring) runs the unmodified model.
+The hooks are installed once, at enable(), and shared by every caller; they
+act only inside an enabled generate(), on the state of that call (a Call, see
+_call.py), so concurrent calls from several threads never meet. A plain
+forward (training, labels, scoring) runs the unmodified model, and inside a
+compiled graph the hooks do nothing at all (no guard, no recompilation).
 
 * a forward pre-hook on the top-level model sees each forward's input ids (or
   embeddings) and attention mask; a prefill (no cache, or an empty one) starts
@@ -17,8 +20,10 @@ labels, scoring) runs the unmodified model.
   removes its visual positions from the hidden states. Layers after l then run
   on a re-packed layout (left padded): pre-hooks hand them the matching
   attention mask, position embeddings and position ids, so their KV cache
-  never holds the dropped tokens, during prefill and every decoding step.
-  Layers up to l keep their full cache, as the method prescribes.
+  never holds the dropped tokens, during prefill, every decoding step and
+  every later turn that continues from the cache. Layers up to l keep their
+  full cache, as the method prescribes. These layer hooks are installed only
+  when a drop is possible (tau > 0).
 
 The per-prefill state (decisions and layouts) is attached to the KV cache the
 prefill fills (cache._todre_stage2), so decoding steps, continuations from
@@ -32,6 +37,9 @@ import sys
 import torch
 
 import todre
+
+from ._call import active
+
 
 class Layout:
     """Which original prefill positions a layer's sequence slots hold.
@@ -94,7 +102,9 @@ class Prefill:
 
 class _Hook:
     """A hook that calls back into its Stage2 (an object, not a closure, so that
-    copy.deepcopy of the model gives hooks of the clone's own Stage2)."""
+    copy.deepcopy of the model gives hooks of the clone's own Stage2). Inside a
+    compiled graph it returns at once: generate()'s compiled decoding steps and
+    compiled plain forwards see neither its state nor a guard on it."""
 
     def __init__(self, owner, kind, j=None):
         self.owner = owner
@@ -102,11 +112,15 @@ class _Hook:
         self.j = j
 
     def __call__(self, *args):
+        if torch.compiler.is_compiling():
+            return None
         return getattr(self.owner, self.kind)(self.j, *args)
 
 
 class Stage2:
-    """The stage-2 machinery for one model (see module docstring)."""
+    """The stage-2 machinery for one model (see module docstring). Holds only
+    what enable() fixed; what a call decides lives in that call's Call, found
+    through self.key (the model's todre state)."""
 
     def __init__(self, top, layers, visual_ids, tau, probe_layers, schedule):
         self.layers = layers
@@ -116,11 +130,7 @@ class Stage2:
         self.tau = tau
         self.probe_layers = probe_layers
         self.schedule = schedule
-        self.depth = 0                # > 0 inside an enabled generate()
-        self.current = None           # the Prefill of the running forward, if any
-        self.eager = False            # this forward's mask format: additive float (eager)
-        self.last = {}
-        self._record = False
+        self.key = None               # the owner whose Call the hooks act on (set by enable())
         self._handles = []
         probe = todre.Relevance(self.num_layers, tau=tau, probe_layers=probe_layers,
                                 schedule=schedule)  # validates the settings once
@@ -136,12 +146,6 @@ class Stage2:
         cfg = self.layers[0].self_attn.config
         return getattr(cfg, "_attn_implementation", None) or "sdpa"
 
-    def __getstate__(self):
-        state = dict(self.__dict__)
-        state["current"] = None
-        state["depth"] = 0
-        return state
-
     # -- lifecycle ----------------------------------------------------------
     def _install(self, top):
         h = self._handles
@@ -150,6 +154,8 @@ class Stage2:
         for j in self._probe_candidates:
             attn = self.layers[j].self_attn
             h.append(attn.register_forward_hook(_Hook(self, "_probe", j), with_kwargs=True))
+        if not self.can_drop:
+            return                          # tau 0: nothing is ever re-packed
         for j, layer in enumerate(self.layers):
             h.append(layer.register_forward_pre_hook(_Hook(self, "_pre", j), with_kwargs=True))
             h.append(layer.register_forward_hook(_Hook(self, "_post", j)))
@@ -158,21 +164,21 @@ class Stage2:
         for handle in self._handles:
             handle.remove()
         self._handles = []
-        self.current = None
 
     # -- per forward ---------------------------------------------------------
     def _begin(self, _, module, args, kwargs):
-        self.current = None
-        if self.depth == 0:
-            return None                     # not inside generate(): the plain model
+        call = active(self.key)
+        if call is None:
+            return None                     # not inside an enabled generate(): the plain model
+        call.prefill = None
+        mask = kwargs.get("attention_mask")
+        call.forward_mask = mask if isinstance(mask, torch.Tensor) and mask.dim() == 2 else None
+        call.eager = self.attention_implementation() == "eager"   # followed per forward
         cache = kwargs.get("past_key_values")
-        if torch.compiler.is_compiling():   # a compiled decoding step (no drop: tau 0)
-            return None
-        self.eager = self.attention_implementation() == "eager"   # followed per forward
         if cache is not None and cache.get_seq_length() > 0:
             state = getattr(cache, "_todre_stage2", None)
             if state is not None and state.layouts:
-                self.current = state        # a decoding step / continuation
+                call.prefill = state        # a decoding step / continuation
             return None
         ids = kwargs.get("input_ids", args[0] if args else None)
         embeds = kwargs.get("inputs_embeds")
@@ -191,11 +197,14 @@ class Stage2:
             return None
         if visual.shape[1] < 2:
             return None
-        self._start(rows, visual, kwargs.get("attention_mask"), cache)
+        self._start(call, rows, visual, call.forward_mask, cache)
         return None
 
     def _end(self, _, module, args, kwargs, output):
-        state, self.current = self.current, None
+        call = active(self.key)
+        if call is None:
+            return None
+        state, call.prefill, call.forward_mask = call.prefill, None, None
         if state is None or not state.in_prefill:
             return None
         state.close()
@@ -209,12 +218,12 @@ class Stage2:
                 pass
         return None
 
-    def _start(self, rows, visual, mask, cache):
+    def _start(self, call, rows, visual, mask, cache):
         """A prefill: token types; one Relevance per distinct eligible sequence over
         its real positions. A sequence is eligible for a drop when it has visual
         and non-visual real tokens and its last real token is not visual (the
         next token is predicted from it, so it must survive)."""
-        if isinstance(mask, torch.Tensor) and mask.dim() == 2:
+        if mask is not None:
             valid = mask.bool()
         else:
             valid = torch.ones(visual.shape, dtype=torch.bool, device=visual.device)
@@ -226,10 +235,10 @@ class Stage2:
             except AttributeError:
                 pass
         count = visual.sum(-1)
-        record = self.depth == 1
-        if record:
-            self.last = {"visual_tokens": [int(v) for v in count],
-                         "drop_layer": [None] * visual.shape[0], "ratios": {}}
+        call.record = call.depth == 1
+        if call.record:
+            call.stage2 = {"visual_tokens": [int(v) for v in count],
+                           "drop_layer": [None] * visual.shape[0], "ratios": {}}
         if not bool(count.any()):
             return                          # a text-only prompt: nothing to drop
         B, L = visual.shape
@@ -252,8 +261,7 @@ class Stage2:
             rep[b] = b
         if not rels:
             return
-        self.current = Prefill(valid, types, rels, rep)
-        self._record = record
+        call.prefill = Prefill(valid, types, rels, rep)
 
     def _token_types(self, visual):
         seen = torch.cumsum(visual.long(), dim=1) > 0
@@ -265,16 +273,17 @@ class Stage2:
 
     # -- probe ---------------------------------------------------------------
     def _probe(self, j, attn, args, kwargs, output):
-        state = self.current
+        call = active(self.key)
+        state = None if call is None else call.prefill
         if state is None or not state.in_prefill:
             return None
         seqs = [b for b, rel in state.rels.items()
                 if b not in state.kept and rel.is_probe(j)]
         if seqs:
-            self._observe(state, j, attn, args, kwargs, seqs)
+            self._observe(call, state, j, attn, args, kwargs, seqs)
         return None
 
-    def _observe(self, state, j, attn, args, kwargs, seqs):
+    def _observe(self, call, state, j, attn, args, kwargs, seqs):
         hidden = kwargs.get("hidden_states", args[0] if args else None)
         q, k = _post_rope_qk(attn, hidden, kwargs["position_embeddings"])
         if q.is_cuda and "cuda" not in todre.available_backends():
@@ -287,23 +296,24 @@ class Stage2:
             rel = state.rels[b]
             decision = rel.observe_qk(j, qb, kb, scale=scale)[0]
             ratios = rel.ratios(j)
-            dropped = decision == todre.Decision.DROP
+            dropped = decision == todre.Decision.DROP and self.can_drop
             if dropped:
                 real = torch.nonzero(state.valid[b]).flatten()
                 state.kept[b] = real[torch.from_numpy(rel.keep_positions()).to(real.device)]
             for row, r in state.rep.items():
                 if r != b:
                     continue
-                if self._record:
-                    self.last["ratios"][(row, j)] = ratios
+                if call.record:
+                    call.stage2["ratios"][(row, j)] = ratios
                 if dropped:
                     state.dropped_at[row] = j
-                    if self._record:
-                        self.last["drop_layer"][row] = j
+                    if call.record:
+                        call.stage2["drop_layer"][row] = j
 
     # -- drop: re-pack after the drop layer ------------------------------------
     def _post(self, j, layer, args, output):
-        state = self.current
+        call = active(self.key)
+        state = None if call is None else call.prefill
         if state is None or not state.in_prefill or (j + 1) in state.layouts \
                 or j not in state.dropped_at.values():
             return None
@@ -356,7 +366,8 @@ class Stage2:
 
     # -- layers after the drop -------------------------------------------------
     def _pre(self, j, layer, args, kwargs):
-        state = self.current
+        call = active(self.key)
+        state = None if call is None else call.prefill
         if state is None:
             return None
         layout = state.layout_for(j)
@@ -367,7 +378,7 @@ class Stage2:
         cache = kwargs.get("past_key_values")
         past = _layer_cache_len(cache, j)
         kwargs = dict(kwargs)
-        kwargs["attention_mask"] = self._mask(state, layout, past, q_len, hidden)
+        kwargs["attention_mask"] = self._mask(call, state, layout, past, q_len, hidden)
         if past == 0:   # prefill: positions follow the kept slots
             kwargs["position_embeddings"] = _rope_for(layout, kwargs["position_embeddings"])
             pid = kwargs.get("position_ids")
@@ -375,24 +386,27 @@ class Stage2:
                 kwargs["position_ids"] = layout.gather_seq(pid, pid.dim() - 1)
         return args, kwargs
 
-    def _mask(self, state, layout, past, q_len, hidden):
-        """[B, 1, q_len, past + q_len] mask of this layer's keys: valid prefill slots,
-        then every later token, causally. A padding query sees itself only (a fully
-        masked row would give NaN)."""
+    def _mask(self, call, state, layout, past, q_len, hidden):
+        """[B, 1, q_len, past + q_len] mask of this layer's keys: the valid prefill
+        slots of the layout, then every later token as the forward's own 2-D mask
+        has it (a continued turn may hold padding), causally. A padding query sees
+        itself only (a fully masked row would give NaN)."""
         device = hidden.device
         B, L = layout.valid.shape
         kv = past + q_len
         key_ok = torch.ones(B, kv, dtype=torch.bool, device=device)
         key_ok[:, :L] = layout.valid.to(device)
+        later = call.forward_mask
+        if later is not None and later.shape == (B, state.prefill_len + kv - L):
+            key_ok[:, L:] = later[:, state.prefill_len:].to(device).bool()
         q_abs = past + torch.arange(q_len, device=device)
         k_idx = torch.arange(kv, device=device)
         allowed = (k_idx[None, :] <= q_abs[:, None])[None] & key_ok[:, None, :]
-        if past < L:   # prefill: padding queries attend to themselves
-            q_pad = ~key_ok[:, past:past + q_len]
-            diag = k_idx[None, None, :] == q_abs[None, :, None]
-            allowed |= q_pad[:, :, None] & diag
+        q_pad = ~key_ok[:, past:past + q_len]          # (no host sync: always applied)
+        diag = k_idx[None, None, :] == q_abs[None, :, None]
+        allowed |= q_pad[:, :, None] & diag
         allowed = allowed[:, None]
-        if not self.eager:
+        if not call.eager:
             return allowed
         neg = torch.finfo(hidden.dtype).min
         return torch.zeros(allowed.shape, dtype=hidden.dtype, device=device).masked_fill(
