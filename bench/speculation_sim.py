@@ -20,8 +20,8 @@ each batch streams the n packed rows once. Rules:
   one, else its similarities with the L candidates), its picks without a
   row first, then the best current values; counts also the mini-rows made
   (dot products of L candidates with a pick that has no row);
-* int8-L (--quant; tried in session 12, not kept: the quantisation cost
-  what the cheaper mini-rows saved, docs/benchmarks.md): the same with the
+* int8-L (--quant; not libtodre's rule: the quantisation costs what the
+  cheaper mini-rows save): the same with the
   mini-rows estimated from the rows quantised to int8, each scaled to its
   largest magnitude, the stored rows exact;
 * current: the best current values (libtodre's AMX kernel, and the FMA

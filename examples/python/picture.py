@@ -10,7 +10,7 @@ Every selection is a todre.select() call (libtodre), nothing re-implemented.
 
 The photograph ships inside scikit-image's wheel (skimage/data/*.png, read
 from the file, so nothing is downloaded). The patch features, by default, are
-NOT from a trained model (none can be downloaded here); they are fixed,
+NOT from a trained model (the default needs no model download); they are fixed,
 hand-made descriptors, and the "CLS" map is a saliency stand-in:
   * geometry: a GRID x GRID grid of PATCH-px patches of a centre crop resized to
     GRID * PATCH px (default 24 x 24 patches of 14 px of a 336-px crop: CLIP

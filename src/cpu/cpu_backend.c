@@ -22,13 +22,14 @@
  * GEMV streams rows from cache at about 50 bytes/ns, a BLAS fp32 Gram matrix
  * does about 135 fused multiply-adds per ns, packing / converting writes
  * about 12 bytes/ns. AMX's rate, 500 bf16 products per ns, is what its Gram
- * matrices and rows achieve beside the FMA kernels on an Emerald Rapids
- * (2026-11-27, docs/benchmarks.md: at n = 2880, d = 4096 the bf16 Gram
- * matrix took 74 ms, the f16 one 205 ms, bf16 rows at k = 288 36 ms, where
- * FMA f16 rows took 66 ms; 1200, the kernel's rate on its own, made f16
- * sets from k = 455 take AMX's Gram matrix, slower than FMA rows up to k
- * of about 1300). All scale alike with the thread count, so only their
- * ratios matter; near the crossover both strategies cost about the same. */
+ * matrices and rows achieve beside the FMA kernels on a 2-core Emerald
+ * Rapids (bench/bench_select.c, `bench_select 2880 4096 k dtype strategy`:
+ * at n = 2880, d = 4096 the bf16 Gram matrix took 74 ms, the f16 one 205
+ * ms, bf16 rows at k = 288 36 ms, where FMA f16 rows took 66 ms; 1200,
+ * the kernel's rate on its own, made f16 sets from k = 455 take AMX's Gram
+ * matrix, slower than FMA rows up to k of about 1300). All scale alike
+ * with the thread count, so only their ratios matter; near the crossover
+ * both strategies cost about the same. */
 #define CPU_GEMV_BYTES_PER_NS 50.0
 #define CPU_GRAM_FMA_PER_NS 135.0
 #define CPU_AMX_FMA_PER_NS 500.0

@@ -414,9 +414,10 @@ static int simulate(struct todre_sel_seg *s, const struct todre_sel_rows *r, int
  * their parts in every lookahead so far. Where they fall behind (other
  * processes hold the cores: the master then makes their groups, and the
  * region's end waits for a parked helper), the rest of the set's
- * lookaheads run on the master alone: measured with 4 processes of 2
- * threads on 2 cores, the team without this rule took 1.3x as long as the
- * serial lookahead (docs/benchmarks.md, session 14). */
+ * lookaheads run on the master alone: measured with 4 processes of
+ * `bench_select 2880 4096 288 f16 auto 3 2` at once on a 2-core Emerald
+ * Rapids, the team without this rule took 1.3x as long as the serial
+ * lookahead. */
 static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, int64_t c,
                      int maxmin, int sign, const int64_t *cand, double *val, int nc, int cap,
                      int64_t *ids, int *team)
@@ -453,9 +454,9 @@ static int lookahead(struct todre_sel_seg *s, const struct todre_sel_rows *r, in
  * (s->near_dots == c: select.c, pack_ahead), else the GEMV step's pass
  * (1.25-1.9 ms of a 40-65 ms call at n = 2880, d = 4096, 2 threads,
  * re-reading the rows from memory); not the batch kernel's bits, and only
- * the batch's choice depends on them. Measured at n = 2880, d = 4096, k =
- * 288 (FMA kernels): the first batch of 12 makes 9 used rows instead of 3,
- * 294 rows in all instead of 303 (docs/benchmarks.md, session 14). Not for
+ * the batch's choice depends on them. Measured by `bench_select 2880 4096
+ * 288 f16` (FMA kernels; it prints the rows made): the first batch of 12
+ * makes 9 used rows instead of 3, 294 rows in all instead of 303. Not for
  * AMX, whose batches of 32 cost about what the pass does (measured 6 %
  * slower at n = 576, k = 64, where the FMA kernels gain 5-12 %). */
 static const double *first_values(struct todre_sel_seg *s, int64_t c, int maxmin)

@@ -195,7 +195,8 @@ static inline int64_t at_kj(const struct todre_sel_rows_fma *f, int64_t kk, int 
  * (a row widened to fp32; ss given), also every row's dot product with it
  * into dots[0..n), in the same kernel call (sumsq_dot): a pass of its own
  * re-read the rows from memory, 1.25-1.9 ms of a 40-65 ms call at n =
- * 2880, d = 4096 (2 threads; docs/benchmarks.md, session 15). */
+ * 2880, d = 4096 (`bench_select 2880 4096 288 f16 auto 7 2` on a 2-core
+ * Emerald Rapids, with per-phase timers). */
 _Static_assert(KC % TODRE_SEL_SUMSQ_PART == 0, "norms in parts of K blocks");
 
 static void pack_cols(const struct todre_sel_seg *s, const struct todre_sel_rows_fma *f,
@@ -479,8 +480,8 @@ MICRO_AVX512(bf16)
  * kernel above spends two on each k row (a zero extension and a shift) on
  * the ports the FMAs use: 26 such operations per 24 FMAs instead of 28.
  * Each accumulator still takes k, then k + 1, so the sums are bitwise the
- * kernel's above (kl is even: set_kernel). Standalone on Emerald Rapids
- * (docs/benchmarks.md, session 15): +14 % with the panels in L1, +0-8 %
+ * kernel's above (kl is even: set_kernel). The kernel and its loop alone,
+ * on a 2-core Emerald Rapids: +14 % with the panels in L1, +0-8 %
  * streamed from L3 as in a call (the more, the more another thread
  * competes for the core's ports). */
 T_AVX512_BODY void body_avx512_bf16_pair(const float *a, const void *b, const char *pf,
@@ -520,7 +521,8 @@ MICRO_AVX512_R(T_AVX512, bf16_pair, MR_WIDE / 2, micro_avx512_bf16_pair_half)
  * reach these kernels only with norms in the safe range (select.c,
  * guard_range), so that changes a value only below 2^-126 in magnitude.
  * On a Zen 4 core it issues one a cycle, as a zmm FMA does: twice the
- * products (docs/benchmarks.md, session 16); use_dp says where it runs. */
+ * products (115 G against 58 G multiply-adds a second per core in a
+ * register-only loop on an AMD EPYC Zen 4); use_dp says where it runs. */
 #define T_AVX512BF16 __attribute__((target("avx512f,avx512bf16,avx2,fma,f16c")))
 
 T_AVX512BF16 static inline __attribute__((always_inline)) void
@@ -747,7 +749,8 @@ static int64_t first_move(const int32_t *mv, int64_t nm, int64_t pos)
  * next panel's block only in a forward sweep: backwards it was the panel
  * just made, and the next panel's first blocks came unprefetched (a
  * backward batch ran 5 % slower than a forward one at n = 2880, d = 4096,
- * f16, docs/benchmarks.md, session 18). */
+ * f16: per-batch timers in `bench_select 2880 4096 288 f16 auto 7 1` on an
+ * AMD EPYC Zen 4). */
 static inline const char *prefetch_at(const struct todre_sel_rows_fma *f, int64_t d, int64_t kb,
                                       int64_t p, int64_t next)
 {

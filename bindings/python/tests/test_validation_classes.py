@@ -1,4 +1,4 @@
-"""The validation classes of docs/testing.md "Findings" 1-4 through the package:
+"""The validation classes found by the fuzzers (docs/testing.md), through the package:
 misaligned NumPy views (DLPack and __array_interface__ paths), aliased
 (zero-stride) outputs, a scale above FLT_MAX, scores that overflow float32,
 and attention probabilities near FLT_MAX. Each refusal is a todre.TodreError
