@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How many Gram rows the ROWS strategy makes for a greedy run, by batch size
-and by the rule that picks a batch's speculative rows (docs/benchmarks.md,
-"Against the floor").
+and by the rule that picks a batch's speculative rows (docs/performance.md,
+"How stage 1 is fast on the CPU"; its results in bench/results/).
 
     python3 bench/speculation_sim.py [--k 288 720] [--batch 4 8 12 16 24 32]
                                      [--data clustered|gaussian] [--exact 64]

@@ -59,7 +59,7 @@
  *                    the batch size and store for such a set use it in
  *                    place of rows_batch. Rows are made at the fast rate; about
  *                    10 of every 32 rows of a batch are used (measured 10 to
- *                    26 on clustered and Gaussian data, docs/bench_stage1.md,
+ *                    26 on clustered and Gaussian data, bench/results/,
  *                    taken low), so ROWS costs
  *                    ceil((k - 1) / used) * rows_batch * n d products / rate
  *                    + n d packed / pack rate.
@@ -99,7 +99,7 @@
 /* ROWS by FMA units (no fast unit): rows used per row made, in batches of
  * 12 (measured about 0.75 on clustered data at k = 288 and 720, taken low),
  * and their rate against gram_fma_per_ns (BLAS ssyrk). On a 2-core Zen 3
- * (docs/benchmarks.md), with the packed rows prefetched, ROWS made rows
+ * (bench/results/cpu-zen3-2026-11-23.json), with the packed rows prefetched, ROWS made rows
  * 1.1 to 1.2 times as fast as ssyrk's Gram matrix at n = 2880, d = 4096
  * (k = 720 and 1000, f16 / bf16 / f32): so 1.1. With these, n = 2880 and
  * d = 4096 took ROWS for k in [14, 965] (f16) and [12, 886] (f32), where

@@ -6,10 +6,11 @@
  * OpenBLAS picks its kernels by CPU model, and an OpenBLAS older than the
  * CPU may not know it: Debian 12's 0.3.21 runs its SSE3 kernels ("Prescott")
  * on Emerald Rapids, where a Gram matrix of n = 2880, d = 4096 then takes
- * 4.4 times as long as with its AVX-512 ones (f32, 2 cores, OPENBLAS_CORETYPE
- * set to each: SkylakeX 134 ms, Haswell 288, Sandybridge 404, Prescott 587;
- * docs/benchmarks.md). The planner's GRAM rate assumes kernels of the CPU's
- * own class, which libtodre's FMA kernels match where OpenBLAS reports a
+ * 4.4 times as long as with its AVX-512 ones (cblas_ssyrk, f32, on 2 cores of
+ * an Emerald Rapids with OPENBLAS_CORETYPE set to each: SkylakeX 134 ms,
+ * Haswell 288, Sandybridge 404, Prescott 587). The planner's GRAM rate
+ * assumes kernels of the CPU's own class, which libtodre's FMA kernels match
+ * where OpenBLAS reports a
  * lesser one (docs/building.md). Another BLAS behind cblas (no
  * openblas_get_corename: core NULL), a name not listed, or the generic
  * level: no change. `todre info` prints the core OpenBLAS chose. */

@@ -18,7 +18,7 @@
 /* ---- capabilities --------------------------------------------------------- */
 
 /* Rough machine constants of the planner's cost model (src/select_plan.c),
- * measured on a 2-core Xeon with AVX-512 and AMX (docs/bench_stage1.md):
+ * measured on a 2-core Xeon with AVX-512 and AMX (bench/results/cpu-sapphire-rapids-2026-11-22.json):
  * GEMV streams rows from cache at about 50 bytes/ns, a BLAS fp32 Gram matrix
  * does about 135 fused multiply-adds per ns, packing / converting writes
  * about 12 bytes/ns. AMX's rate, 500 bf16 products per ns, is what its Gram
@@ -46,7 +46,7 @@ extern char *openblas_get_corename(void) __attribute__((weak));
  * make the matrix about as fast as a BLAS of the CPU's class (the ISOLATED
  * pivot at n = 2880, f32: 589-643 ms with OpenBLAS's Prescott kernels,
  * 221-226 ms on the FMA kernels, 178-193 ms with OPENBLAS_CORETYPE=SkylakeX;
- * docs/benchmarks.md). $TODRE_CPU_GRAM=fma or blas overrides the choice
+ * bench/results/cpu-emerald-rapids-2026-11-26.json). $TODRE_CPU_GRAM=fma or blas overrides the choice
  * (diagnostics and tests, as $TODRE_CPU_ISA). */
 /* $TODRE_CPU_GRAM: 1 = fma, 0 = blas, -1 = unset or any other value. */
 static int gram_env(void)

@@ -24,7 +24,7 @@ struct todre_sel_amx_pack {
 /* The dtypes whose ROWS rows AMX makes (the CPU backend's
  * caps.rows_fast_dtypes): bf16. f16 rows, through the exact split, stream 4
  * bytes a value per batch and ran 1.3-1.45x slower than the AVX-512 FMA
- * kernels at n = 2880, d = 4096, k = 288 and 720 (docs/benchmarks.md), so
+ * kernels at n = 2880, d = 4096, k = 288 and 720 (docs/performance.md, AMX), so
  * they are made there; f16 Gram matrices stay on AMX. */
 #define TODRE_SEL_AMX_ROWS_DTYPES (1u << TODRE_DTYPE_BF16)
 

@@ -184,7 +184,7 @@ static int best_values(const struct todre_sel_seg *s, const struct todre_sel_row
  * barriers it took three barriers per pick, about 900 a call; on an
  * oversubscribed machine (more runnable threads than cores) every barrier
  * waits for a thread the scheduler has parked, and a call took 50x longer
- * than alone (docs/benchmarks.md, "Oversubscribed CPU"). So the team shares
+ * than alone (docs/performance.md, "Threads"). So the team shares
  * the work without barriers. The candidates' groups of 4 are split in
  * fixed parts, one per thread (a thread's candidate rows stay in its own
  * L2 from one pick to the next). The lookahead's thread (the master)

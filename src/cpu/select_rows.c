@@ -37,7 +37,7 @@
 /* Rows per micro-kernel call on AVX-512: 12 zmm chains. The FMA's latency
  * (4 cycles) times its two ports needs 8 or more; with 6 rows the kernel
  * ran at 73 % of the FMA rate measured on the same core (Emerald Rapids,
- * docs/benchmarks.md). AVX2 keeps MR = 6 (12 ymm chains). */
+ * bench/results/cpu-emerald-rapids-2026-11-27-kernels.json). AVX2 keeps MR = 6 (12 ymm chains). */
 #define MR_WIDE 12
 
 /* The packed rows stream from L3 or memory once per batch (every panel's

@@ -34,7 +34,7 @@
  * waste fewer products but stream the packed rows and pay the per-batch
  * scan and thread start more often (measured on a 2-core Zen 3: 12 about
  * 20% below 32; on Emerald Rapids 18 and 24 slower than 12,
- * docs/benchmarks.md). At most TODRE_SEL_AMX_BATCH. */
+ * bench/results/cpu-zen3-2026-11-23.json). At most TODRE_SEL_AMX_BATCH. */
 #define TODRE_SEL_ROWS_BATCH 12
 #define TODRE_SEL_ROWS_AROWS 36 /* batch rows packed: TODRE_SEL_AMX_BATCH rounded up to MR */
 
