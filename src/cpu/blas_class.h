@@ -1,7 +1,7 @@
 /* How fast OpenBLAS's chosen kernels are against the CPU's own class: below
  * 1, the CPU backend makes Gram matrices on its own FMA kernels instead
  * (cpu_backend.c, gram_on_fma). Internal; header-only so that
- * tests/unit/test_select_plan.c checks it directly.
+ * tests/core/test_select_plan.c checks it directly.
  *
  * OpenBLAS picks its kernels by CPU model, and an OpenBLAS older than the
  * CPU may not know it: Debian 12's 0.3.21 runs its SSE3 kernels ("Prescott")

@@ -1,5 +1,5 @@
 #!/bin/sh
-# cuda.no_register_spills (tests/cuda.cmake): reads ptxas's resource report
+# cuda.no_register_spills (tests/cuda/CMakeLists.txt): reads ptxas's resource report
 # of every object of libtodre-cuda (<object>.ptxas, written at build time by
 # ptxas_log.sh) and fails if any function spills registers on any
 # architecture, if an object has no report, or if the reports list no

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""ABI guard rails on the built libtodre.so (tests/abi.cmake).
+"""ABI guard rails on the built libtodre.so (tests/abi/CMakeLists.txt).
 
   check_library.py symbols LIB MAP HEADER VERSION
       the exported dynamic symbols == the names under `global:` in the linker

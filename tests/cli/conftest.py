@@ -1,6 +1,6 @@
 """Shared fixtures for the `todre` command-line tests.
 
-The tool is found through TODRE_CLI (set by tests/cli.cmake) or, failing
+The tool is found through TODRE_CLI (set by tests/cli/CMakeLists.txt) or, failing
 that, under TODRE_BINARY_DIR. The float64 references live in
 tests/reference (TODRE_SOURCE_DIR); these tests import todre_ref from there
 and compute the stage-2 formula themselves.
@@ -74,7 +74,7 @@ def cli(cli_exe):
 @pytest.fixture(scope="session", autouse=True)
 def expected_registry(cli):
     """Where a ctest sets TODRE_CLI_EXPECT_REGISTRY ("cpu=1,cuda=0": the
-    registered backends in order, each available or not; see tests/cli.cmake),
+    registered backends in order, each available or not; see tests/cli/CMakeLists.txt),
     the tool must see exactly that, so that a suite meant to run on a given
     backend cannot pass on another one."""
     want = os.environ.get("TODRE_CLI_EXPECT_REGISTRY")

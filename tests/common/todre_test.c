@@ -1,6 +1,8 @@
 /* Shared helpers of the CMocka test programs (see todre_test.h). */
+#define _POSIX_C_SOURCE 200809L /* fnmatch */
 #include "todre_test.h"
 
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,6 +222,42 @@ todre_context *tt_cpu_context(void)
     tt_assert_ok(todre_context_create("cpu", 0, &ctx));
     assert_non_null(ctx);
     return ctx;
+}
+
+/* Whether name matches one of the comma-separated patterns of list. */
+static int tt_matches(const char *name, const char *list)
+{
+    char pat[256];
+    while (*list) {
+        size_t len = strcspn(list, ",");
+        if (len > 0 && len < sizeof pat) {
+            memcpy(pat, list, len);
+            pat[len] = '\0';
+            if (fnmatch(pat, name, 0) == 0) return 1;
+        }
+        list += len;
+        if (*list == ',') list++;
+    }
+    return 0;
+}
+
+int tt_run_group(const char *name, const struct CMUnitTest *tests, size_t count)
+{
+    const char *only = getenv("TODRE_TEST_ONLY"), *skip = getenv("TODRE_TEST_SKIP");
+    struct CMUnitTest *sel = calloc(count ? count : 1, sizeof *sel);
+    size_t n = 0;
+    if (!sel) return 1;
+    for (size_t i = 0; i < count; i++) {
+        if (only && *only && !tt_matches(tests[i].name, only)) continue;
+        if (skip && *skip && tt_matches(tests[i].name, skip)) continue;
+        sel[n++] = tests[i];
+    }
+    if (n < count)
+        printf("%zu of %zu tests selected (TODRE_TEST_ONLY=%s, TODRE_TEST_SKIP=%s)\n", n, count,
+               only ? only : "", skip ? skip : "");
+    int rc = _cmocka_run_group_tests(name, sel, n, NULL, NULL);
+    free(sel);
+    return rc;
 }
 
 int tt_cuda_usable(void)

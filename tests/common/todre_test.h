@@ -110,6 +110,18 @@ const DLTensor *tt_array3(tt_array *a, void *data, todre_dtype dt, int64_t n0, i
  * context; the data is never dereferenced then) and return &a->dl. */
 const DLTensor *tt_array_on(tt_array *a, DLDeviceType type, int32_t id);
 
+/* ---- test selection ---------------------------------------------------------- */
+
+/* cmocka_run_group_tests(tests, NULL, NULL) with a selection from the
+ * environment: only the tests whose names match a pattern of
+ * $TODRE_TEST_ONLY, and none that match one of $TODRE_TEST_SKIP (each a
+ * comma-separated list of shell patterns), when set. A registration that
+ * changes only what some tests reach (e.g. $TODRE_CPU_GRAM, which only Gram
+ * matrices read) runs those tests alone, and a long case can run in a
+ * registration of its own. Tests left out are neither run nor counted. */
+#define tt_run_tests(tests) tt_run_group(#tests, tests, sizeof(tests) / sizeof((tests)[0]))
+int tt_run_group(const char *name, const struct CMUnitTest *tests, size_t count);
+
 /* ---- library handles (assert on failure) ------------------------------------ */
 
 todre_context *tt_cpu_context(void);

@@ -1,4 +1,4 @@
-/* Overflow-proof validation (issue #12): every size, span and offset the
+/* Overflow-proof validation: every size, span and offset the
  * library computes from caller input is checked, so that hostile values are
  * rejected with TODRE_ERR_INVALID_ARGUMENT and a message that starts with the
  * argument's name -- never a crash, never TODRE_OK -- and out-pointers and
@@ -753,7 +753,7 @@ static void test_out_pointers(void **state)
     assert_rejected(e->ctx, todre_context_alloc(e->ctx, 0, &p), "bytes");
     assert_rejected(e->ctx, todre_context_alloc(e->ctx, (size_t)INT64_MAX + 1, &p), "bytes");
     assert_rejected(e->ctx, todre_context_alloc(e->ctx, SIZE_MAX, &p), "bytes");
-    /* (a failed allocation: tests/unit/test_alloc_fail.c) */
+    /* (a failed allocation: tests/robust/test_alloc_fail.c) */
     assert_ptr_equal(p, PTR_SENT);
     assert_true(dv == -7.0);
 

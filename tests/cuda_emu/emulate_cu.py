@@ -3,7 +3,7 @@
 Usage: emulate_cu.py IN.cu OUT.cpp
 
 The one translation of src/cuda/*.cu for the emulator: whole files, host
-code included, compiled once (tests/cuda_emu.cmake, object library
+code included, compiled once (tests/cuda_emu/CMakeLists.txt, object library
 todre_cuda_emu_objs) and linked both into the emulated module and into the
 kernels test, so that the module's own orchestration and its kernels run
 against the emulated runtime (tests/cuda_emu/fake). Three rewrites, each to

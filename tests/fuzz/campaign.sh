@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A long fuzzing campaign (docs/testing.md, "Fuzzing"):
 #   tests/fuzz/campaign.sh BUILD_DIR SECONDS OUTDIR [NAME...]
-# BUILD_DIR is a clang build with the fuzzers (tests/fuzz.cmake); NAME is any
+# BUILD_DIR is a clang build with the fuzzers (tests/fuzz/CMakeLists.txt); NAME is any
 # of npy params dlpack select relevance (default: all). The harnesses run
 # concurrently for SECONDS of wall time each, at nice 10, each growing its
 # corpus in OUTDIR/NAME/corpus from the committed seeds (a later campaign
@@ -10,9 +10,10 @@
 # OUTDIR/NAME/artifacts/. With FUZZ_RUNS=N in the environment a harness also
 # stops after N executions (leaving the CPU to the others). Prints, per
 # harness: executions, seconds, exec/s, corpus size, findings; also written
-# to OUTDIR/summary.txt.
+# to OUTDIR/summary.txt, and the count of kept failing inputs to
+# OUTDIR/NAME/artifact_count. Exits 1 if any harness kept one.
 set -uo pipefail
-[ $# -ge 3 ] || { sed -n '2,12p' "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,14p' "$0"; exit 2; }
 build=$1 seconds=$2 out=$3
 shift 3
 names=("$@")
@@ -51,6 +52,7 @@ run_one() {
   printf '%-10s %12d executions in %6d s = %7d exec/s; corpus %5d; findings %d (restarts %d)\n' \
     "$name" "$execs" "$secs" "$((execs / (secs > 0 ? secs : 1)))" "$corpus" "$findings" \
     "$((runs - 1))" | tee "$dir/summary.txt"
+  echo "$findings" >"$dir/artifact_count"
 }
 
 for name in "${names[@]}"; do
@@ -62,3 +64,5 @@ wait
 cat "$out"/*/summary.txt >"$out/summary.txt"
 echo "== campaign: $(date -u +%FT%TZ), $(nproc) CPUs, ${seconds}s per harness"
 cat "$out/summary.txt"
+# exit status: 1 if any harness kept an input that failed
+! grep -q -v -x 0 "$out"/*/artifact_count

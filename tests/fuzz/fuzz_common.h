@@ -25,7 +25,7 @@
 /* Harness code that only checks results (references, comparisons) is not
  * worth coverage feedback and runs hot: keep libFuzzer's instrumentation out
  * of it. clang 14 still traces comparisons in such functions, so each is
- * listed in tests/fuzz/nocov.ignorelist too (tests/fuzz.cmake). */
+ * listed in tests/fuzz/nocov.ignorelist too (tests/fuzz/CMakeLists.txt). */
 #define FZ_NOCOV __attribute__((no_sanitize("coverage")))
 
 /* ---- findings ------------------------------------------------------------ */

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One bounded libFuzzer run, as ctest's fuzz.<name> runs it (tests/fuzz.cmake):
+# One bounded libFuzzer run, as ctest's fuzz.<name> runs it (tests/fuzz/CMakeLists.txt):
 #   run_fuzzer.sh FUZZER SEEDS WORK SECONDS [DICT]
 # Runs every committed seed in SEEDS, then fuzzes for SECONDS in all; new
 # inputs go to WORK/corpus (emptied first, so each run starts from the seeds

@@ -9,7 +9,7 @@ Layout of --out DIR:
     <name>_order.npy       '<i8' [k]: reference selection order (first = pivot)
     <name>_margin.npy      '<f8' [k]: gap between best and second-best score
                            at each step of that order (inf = no competitor)
-The C test (tests/unit/test_select_reference.c) compares indices exactly where
+The C test (tests/reference/test_select_reference.c) compares indices exactly where
 the margins exceed its rounding tolerance and checks trajectory validity
 elsewhere. A stamp file makes re-runs free when nothing changed.
 """

@@ -1,6 +1,6 @@
 /* An interposed allocator for allocation-failure injection: see
- * alloc_interpose.h. Linked into tests/unit/test_alloc_fail.c's program only
- * (tests/robust.cmake). */
+ * alloc_interpose.h. Linked into tests/robust/test_alloc_fail.c's program only
+ * (tests/robust/CMakeLists.txt). */
 #define _GNU_SOURCE /* RTLD_NEXT, dl_iterate_phdr, memalign */
 #include "alloc_interpose.h"
 
@@ -16,7 +16,7 @@
 
 #include "todre/todre.h"
 
-/* Never instrumented by a sanitizer (tests/robust.cmake also compiles this
+/* Never instrumented by a sanitizer (tests/robust/CMakeLists.txt also compiles this
  * file with -fno-sanitize=all): the allocator is called while a shared
  * sanitizer runtime initialises itself, before its shadow memory exists. */
 #if defined(__GNUC__)

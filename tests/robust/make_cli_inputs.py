@@ -1,4 +1,4 @@
-"""Small .npy inputs for the valgrind runs of the todre CLI (tests/robust.cmake).
+"""Small .npy inputs for the valgrind runs of the todre CLI (tests/robust/CMakeLists.txt).
 
 Usage: make_cli_inputs.py DIR. Writes, deterministically:
   emb32.npy [200, 32] float32, emb16.npy [200, 32] float16, cls.npy [200] float32,

@@ -1,4 +1,4 @@
-/* Helpers shared by the robustness tests (tests/unit/test_threads.c,
+/* Helpers shared by the robustness tests (tests/robust/test_threads.c,
  * test_alloc_fail.c, test_memory_bound.c): running this program again in a
  * fresh child process, and reading the process's memory figures. */
 #ifndef TODRE_TESTS_ROBUST_UTIL_H

@@ -17,7 +17,7 @@
  * (this program re-executed), with a backend module on $TODRE_BACKEND_PATH.
  *
  * Where the program cannot interpose the allocator (a sanitizer runtime
- * linked statically into it, clang's default) tests/robust.cmake does not
+ * linked statically into it, clang's default) tests/robust/CMakeLists.txt does not
  * build it; should ai_init() still fail, the test fails. */
 #define _GNU_SOURCE
 #define TODRE_EXPERIMENTAL_API
@@ -690,7 +690,7 @@ int main(int argc, char **argv)
         return registry_child(argv[2], strtol(argv[3], NULL, 10));
     if (!ai_init()) {
         printf("allocation interposition is not possible in this build (a statically linked "
-               "sanitizer runtime defines the allocator); tests/robust.cmake should not have "
+               "sanitizer runtime defines the allocator); tests/robust/CMakeLists.txt should not have "
                "registered this test\n");
         return 1;
     }

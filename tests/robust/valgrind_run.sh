@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs one command under valgrind memcheck for tests/robust.cmake:
+# Runs one command under valgrind memcheck for tests/robust/CMakeLists.txt:
 #   valgrind_run.sh VALGRIND SUPPRESSIONS EXPECTED_RC PATTERN -- COMMAND [ARGS...]
 # Passes when memcheck finds no error (--error-exitcode=1: invalid reads or
 # writes, uses of uninitialised values, invalid frees, and definitely or

@@ -1,6 +1,6 @@
 # The .npy reader/writer as a static library `todre_npy` (position-independent,
 # so shared objects such as test helpers may link it). Included from
-# tools/todre/CMakeLists.txt and, when the CLI is not built, from tests/cli.cmake.
+# tools/todre/CMakeLists.txt and, when the CLI is not built, from tests/CMakeLists.txt.
 if(NOT TARGET todre_npy)
   add_library(todre_npy STATIC ${CMAKE_CURRENT_LIST_DIR}/npy.c)
   target_include_directories(todre_npy PUBLIC ${CMAKE_CURRENT_LIST_DIR})

@@ -17,7 +17,7 @@ pycparser; then
 This needs only the header, a C compiler and pycparser, not the library:
 _api.py is loaded from its file, without importing the package. The build's
 include directory (for the generated todre/todre_version.h) comes from
-$TODRE_BUILD_INCLUDE_DIR (set by tests/python.cmake), else <dir of
+$TODRE_BUILD_INCLUDE_DIR (set by tests/python/CMakeLists.txt), else <dir of
 $TODRE_LIBRARY>/include, else a todre_version.h generated here from
 todre_version.h.in and CMakeLists.txt's project(todre VERSION ...).
 """

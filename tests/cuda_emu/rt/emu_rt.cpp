@@ -247,7 +247,8 @@ char *stack_get() {
 }
 
 // ---- context switch: 6 callee-saved registers on x86-64 (SysV), ucontext
-// elsewhere (its signal-mask syscalls make it ~30x slower per switch).
+// elsewhere (slower: each ucontext switch saves and restores the signal
+// mask with a system call).
 #if defined(__x86_64__)
 extern "C" void todre_emu_switch(void **save_sp, void *to_sp);
 asm(R"(

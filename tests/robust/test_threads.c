@@ -1,6 +1,6 @@
 /* Concurrency: what the header promises about threads, exercised with 8
  * threads at once (and checked by ThreadSanitizer in its build: see
- * tests/robust.cmake and docs/testing.md).
+ * tests/robust/CMakeLists.txt and docs/testing.md).
  *
  *  - independent_handles: 8 threads, each with its own CPU context (thread
  *    counts 0, 1 and 2 mixed), selection configurations and relevance

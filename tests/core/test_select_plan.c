@@ -568,7 +568,7 @@ static void api_limit_and_requests(void **state)
      * against the limit; on the generic level (no ROWS) only GEMV fits. */
     const int64_t rows_limit = (int64_t)(96 + 8) * N_MEM * 4 + (int64_t)N_MEM * D_MEM * 4 +
                                ((int64_t)32 << 10);
-    char arch[32];
+    char arch[sizeof ((todre_device_props *)0)->arch];
     cpu_arch(arch, sizeof arch);
     run_mem_case(x16, F16, MAX_SUM, CENTER, DEFAULT_LIMIT, GEMV, ref);
     run_mem_case(x16, F16, MAX_SUM, CENTER, rows_limit, TODRE_STRATEGY_ROWS, c);

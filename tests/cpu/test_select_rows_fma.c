@@ -1,5 +1,5 @@
 /* The ROWS strategy on the FMA kernels (src/cpu/select_rows.c: every CPU
- * code path below AMX, f32 / f16 / bf16). tests/select_rows_fma.cmake runs
+ * code path below AMX, f32 / f16 / bf16). tests/cpu/CMakeLists.txt runs
  * this program once per ISA level the machine has ($TODRE_CPU_ISA); the
  * level in use is printed. (At AMX level 16-bit sets use the AMX kernels,
  * covered by unit.select_rows; the checks below still hold there.)
@@ -372,9 +372,10 @@ static void test_gram_fma_selects_as_rows(void **state)
  * K block by K block), then select the same sequence only if the two passes
  * give the same bits. fp32 only: 16-bit values have squares of 22 or 16
  * bits, whose sums here are exact in any order, so they would test nothing
- * (tests/kernels/test_select_kernels.c checks the parts bitwise for every
+ * (tests/cpu/test_select_kernels.c checks the parts bitwise for every
  * dtype). About 7 % of such pairs change order when a row's K blocks are
- * summed apart and added (measured on the AVX2 and AVX-512 kernels). */
+ * summed apart and added (a scratch change to select_rows.c, counted by
+ * this test on the AVX2 and AVX-512 levels of a 2-core Zen 4 VM). */
 static float *norm_bit_rows(uint64_t seed)
 {
     float *x = malloc(sizeof(float) * N * LD);
@@ -533,10 +534,12 @@ static int64_t rows_made(const void *x, todre_dtype dt, todre_objective obj, tod
  * 130 per objective, dtype and pivot. Two pivots, for the estimate's two
  * sources: CLS, known before the rows are packed, takes the dot products
  * the packing made with it (select.c, pack_ahead); CENTER, known only from
- * the norms, a pass of its own. Measured on the AVX2, AVX-512 and AMX
- * levels, f32 and f16: CLS 113 (MAX_SUM) and 95 (MAX_MIN), CENTER 104-108
- * and 92-93 with the estimate; from the lowest indices 173 (CLS) and 164
- * (CENTER, MAX_SUM). A GEMV call makes none, and the
+ * the norms, a pass of its own. This test prints the counts (`ctest -R
+ * unit.select_rows_fma -V`); on the AVX2, AVX-512 and AMX levels (2-core
+ * AMD EPYC and Emerald Rapids VMs), f32 and f16: CLS 113 (MAX_SUM) and 95
+ * (MAX_MIN), CENTER 104-108 and 92-93; with the first batch taken from the
+ * lowest indices (a scratch change) 173 (CLS) and 164 (CENTER, MAX_SUM).
+ * A GEMV call makes none, and the
  * count is the last call's; its selection is ROWS's (these rows have no
  * near-ties). One thread makes the same rows and selection as all of them:
  * the lookahead's mini-rows, shared between threads
@@ -839,5 +842,5 @@ int main(void)
         cmocka_unit_test(test_team_under_contention),
         cmocka_unit_test(test_bf16_products_kernel),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tt_run_tests(tests);
 }

@@ -1,4 +1,4 @@
-/* Validation classes found by the fuzzers (docs/testing.md, "Findings" 1-4),
+/* Validation classes found by the fuzzers (docs/testing.md, "Fuzzing"),
  * each on every call it applies to:
  *
  *  1. non-finite scores in the fused stage-2 path: finite q and k whose
@@ -627,7 +627,7 @@ static void test_qk_score_overflow(void **state)
 }
 
 /* The scale: a double above FLT_MAX would round to Inf in float32, one
- * below FLT_MIN to a subnormal or 0 (fuzz_relevance's finding 6: 1e-75 with
+ * below FLT_MIN to a subnormal or 0 (fuzz_relevance found 1e-75 with
  * |q . k| near 1e75 gave uniform scores and wrong ratios with TODRE_OK). */
 static void test_qk_scale_bounds(void **state)
 {

@@ -15,7 +15,7 @@
  * pivot, both greedy objectives, f32 / f16 / bf16, a full and a partial
  * pivot range, 1 thread (and 2 for a part: products are per row, the
  * thread count changes no value), and rows whose raw products leave the fp32
- * range (the normalised-copy path). tests/select_ties.cmake runs this
+ * range (the normalised-copy path). tests/cpu/CMakeLists.txt runs this
  * program once per ISA level the machine has ($TODRE_CPU_ISA); the level in
  * use is printed.
  *

@@ -1,6 +1,6 @@
 /* The CPU stage-1 row kernels of one ISA level (src/cpu/select_kernels.c)
  * against references written here from their definitions in
- * src/cpu/select_kernels.h. tests/select_kernels.cmake builds this program
+ * src/cpu/select_kernels.h. tests/cpu/CMakeLists.txt builds this program
  * with the kernel sources themselves (the table is internal to libtodre)
  * and runs it once per level the machine has ($TODRE_CPU_ISA); the level
  * in use is printed.

@@ -11,7 +11,7 @@
  * Uses no CUDA header: it builds and runs without the toolkit. Cases that
  * need a usable CUDA device are reported as skipped where there is none.
  * Built again against the CPU emulator (TODRE_TEST_EMULATED_RT,
- * tests/cuda_emu.cmake) it also reads the emulator's counters, and checks
+ * tests/cuda_emu/CMakeLists.txt) it also reads the emulator's counters, and checks
  * that a stream under CUDA-graph capture is refused (calls, copies and
  * set_stream, which touches neither stream then), that every call runs in
  * the context's own (primary) CUDA context and gives the caller's current
