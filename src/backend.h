@@ -43,8 +43,9 @@ extern "C" {
 /* Bumped on any change to the structs or the table below; the loader refuses
  * a module built against another value. 3: caps.rows_fma_batch and
  * caps.rows_fast_dtypes (a core reading them from a module built before
- * would read past its caps). 4: params.rows_made. 5: caps.fma_dp_dtypes. */
-#define TODRE_BACKEND_ABI_VERSION 5u
+ * would read past its caps). 4: params.rows_made. 5: caps.fma_dp_dtypes.
+ * 6: the select job's seg_index_base, out_scores and out_steps. */
+#define TODRE_BACKEND_ABI_VERSION 6u
 
 /* Where a backend writes the detail text of a failure (NUL-terminated,
  * truncated to cap). The core copies it into the context's message. */
@@ -116,7 +117,7 @@ struct todre_backend_caps {
      * the other dtypes' rows come from the FMA units (rows_fma_batch). 0 =
      * every dtype the fast unit takes (CPU with AMX: bf16 only; f16 rows,
      * through the split, stream 4 bytes a value and ran 1.3-1.45x slower
-     * than the AVX-512 FMA kernels, docs/benchmarks.md). */
+     * than the AVX-512 FMA kernels: bench/results/cpu-emerald-rapids-2026-11-27-kernels.json). */
     uint32_t rows_fast_dtypes;
     /* Bitmask of 1u << todre_dtype whose products the FMA units (ROWS
      * without a fast unit, and GRAM) make two a lane per instruction, at
@@ -188,6 +189,20 @@ struct todre_select_job {
      * Either may be NULL, not both. */
     int64_t *out_sel;
     int64_t *out_pos;
+
+    /* Host [nseg] or NULL (all 0): added to every index segment b writes to
+     * out_sel / out_pos (a group's first row within its set, so that the
+     * indices are local to the set). */
+    const int64_t *seg_index_base;
+    /* Optional per-row outputs in the context's device memory, compact, one
+     * entry per global row [0, seg_offsets[nseg]); NULL = not asked for
+     * (then nothing is computed). out_scores: float32, the row's objective
+     * value against the rows kept in its segment (MAX_SUM: the sum of its
+     * similarities to them; MAX_MIN: the largest; CLS_TOPK: its CLS value);
+     * out_steps: int64, the place of the row in its segment's selection
+     * order, -1 if not kept. Written, like the rest, only on success. */
+    float *out_scores;
+    int64_t *out_steps;
 };
 
 /* ---- stage 2 ----------------------------------------------------------- */

@@ -21,6 +21,10 @@ static inline int todre_mul_i64(int64_t a, int64_t b, int64_t *r)
 {
     return !__builtin_mul_overflow(a, b, r);
 }
+static inline int todre_sub_i64(int64_t a, int64_t b, int64_t *r)
+{
+    return !__builtin_sub_overflow(a, b, r);
+}
 static inline int todre_add_i64(int64_t a, int64_t b, int64_t *r)
 {
     return !__builtin_add_overflow(a, b, r);
@@ -144,6 +148,8 @@ struct todre_select_params {
     double ratio;
     int64_t seed;
     int64_t order;     /* todre_order */
+    int64_t budget;    /* todre_budget */
+    int64_t group_min; /* TODRE_BUDGET_SHARED's per-group minimum */
 };
 
 struct todre_relevance_params {
@@ -215,6 +221,26 @@ int64_t todre_random_pivot(uint64_t seed, int64_t lo, int64_t hi);
 /* k for a set of n rows under cfg (validates the budget against n). */
 todre_status todre_resolve_keep(struct todre_context *ctx, const struct todre_select_config *cfg,
                                 int64_t n, int64_t *k);
+
+/* ---- prune plans (src/plan.c) --------------------------------------------- */
+
+/* Sizes of the G groups whose row offsets are groups[0..G] (absolute rows,
+ * the set starting at row @p first), checked non-decreasing; @p set names
+ * the set in messages (-1: a single set). */
+todre_status todre_plan_group_sizes(struct todre_context *ctx, const int64_t *groups, int64_t G,
+                                    int64_t first, int64_t set, int64_t *sizes);
+/* The count of every group of one set (sizes[0..G), n = their sum >= 1)
+ * under cfg's budget policy, and the set's total; set_keep >= 0 replaces the
+ * configuration's budget (the set's k, or each group's under PER_GROUP;
+ * the caller has checked it). counts: -1 each under SET. rem: scratch [G]. */
+todre_status todre_plan_counts(struct todre_context *ctx, const struct todre_select_config *cfg,
+                               const int64_t *sizes, int64_t G, int64_t set_keep, int64_t set,
+                               int64_t *counts, int64_t *rem, int64_t *total);
+/* The relevance signature's text from its parameters and probe layers
+ * (ascending). */
+todre_status todre_relevance_signature_text(const struct todre_relevance_params *p,
+                                            const int64_t *probes, int64_t nprobes, char *buf,
+                                            size_t size, size_t *len);
 
 /* ---- backend registry (src/loader.c) -------------------------------------- */
 

@@ -154,6 +154,17 @@ static void load_module(const char *path)
         if (strcmp(registry.seen[i], real) == 0) return;
     if (registry.nseen < MAX_SEEN) registry.seen[registry.nseen++] = keep(real, "?");
 
+    /* Only a regular file (or a link to one) is opened: dlopen() of a FIFO
+     * blocks until a writer comes, and of a device reads it. */
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        add_failure(path, strerror(errno));
+        return;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        add_failure(path, "not a regular file");
+        return;
+    }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *e = dlerror();

@@ -629,6 +629,8 @@ todre_status todre_relevance_ratios(const todre_relevance *r, int64_t seq, int64
 {
     todre_clear_error(NULL);
     if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    if (!alpha_t2v) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "alpha_t2v: NULL");
+    if (!alpha_v2t) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "alpha_v2t: NULL");
     todre_status st = check_seq_layer(r, seq, layer);
     if (st != TODRE_OK) return st;
     size_t at = (size_t)(seq * r->num_layers + layer);
@@ -639,8 +641,8 @@ todre_status todre_relevance_ratios(const todre_relevance *r, int64_t seq, int64
                                 "exist once the chunk that ends at the last position is observed)"
                               : "layer: %lld was not probed for sequence %lld",
                           (long long)layer, (long long)seq);
-    if (alpha_t2v) *alpha_t2v = r->ratios[2 * at];
-    if (alpha_v2t) *alpha_v2t = r->ratios[2 * at + 1];
+    *alpha_t2v = r->ratios[2 * at];
+    *alpha_v2t = r->ratios[2 * at + 1];
     return TODRE_OK;
 }
 
@@ -675,4 +677,26 @@ todre_status todre_relevance_keep_positions(const todre_relevance *r, int64_t se
     for (int64_t j = 0; j < r->K; j++)
         if (t[j] != TODRE_TOKEN_VISUAL) dst[(w++) * a.strides[0]] = j;
     return TODRE_OK;
+}
+
+todre_status todre_relevance_signature(const todre_relevance *r, char *buf, size_t size,
+                                       size_t *len)
+{
+    todre_clear_error(NULL);
+    if (!r) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "rel: NULL");
+    /* at most 2^20 layers, but a list that long is no signature a cache key
+     * carries: up to 512 listed layers */
+    int64_t probes[512], n = 0;
+    if (r->p.schedule == TODRE_PROBE_UNTIL_DROP) {
+        probes[n++] = r->first_probe;
+    } else {
+        for (int64_t l = 0; l < r->num_layers; l++) {
+            if (!r->probe[l]) continue;
+            if (n == 512)
+                return todre_fail(NULL, TODRE_ERR_UNSUPPORTED,
+                                  "rel: more than 512 probe layers have no signature");
+            probes[n++] = l;
+        }
+    }
+    return todre_relevance_signature_text(&r->p, probes, n, buf, size, len);
 }

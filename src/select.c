@@ -113,9 +113,11 @@ static todre_status resolve_method(struct todre_context *ctx, const struct todre
     return TODRE_OK;
 }
 
-static todre_status check_pivot_range(struct todre_context *ctx,
-                                      const struct todre_select_config *cfg, int64_t n,
-                                      int64_t set)
+/* The pivot range within a set (or group, @p what) of n rows numbered
+ * @p set (-1: the only one). */
+static todre_status check_pivot_range_of(struct todre_context *ctx,
+                                         const struct todre_select_config *cfg, int64_t n,
+                                         int64_t set, const char *what)
 {
     if (cfg->p.objective == TODRE_OBJECTIVE_CLS_TOPK) return TODRE_OK; /* range unused */
     int64_t hi = cfg->p.pivot_hi < 0 ? n : cfg->p.pivot_hi;
@@ -125,10 +127,18 @@ static todre_status check_pivot_range(struct todre_context *ctx,
                               "pivot_range: [%lld, %lld) does not fit the %lld tokens",
                               (long long)cfg->p.pivot_lo, (long long)hi, (long long)n);
         return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
-                          "pivot_range: [%lld, %lld) does not fit the %lld tokens of set %lld",
-                          (long long)cfg->p.pivot_lo, (long long)hi, (long long)n, (long long)set);
+                          "pivot_range: [%lld, %lld) does not fit the %lld tokens of %s %lld",
+                          (long long)cfg->p.pivot_lo, (long long)hi, (long long)n, what,
+                          (long long)set);
     }
     return TODRE_OK;
+}
+
+static todre_status check_pivot_range(struct todre_context *ctx,
+                                      const struct todre_select_config *cfg, int64_t n,
+                                      int64_t set)
+{
+    return check_pivot_range_of(ctx, cfg, n, set, "set");
 }
 
 /* Output [K] or [2, K] int64 on the context's device, inner stride 1. */
@@ -329,6 +339,242 @@ todre_status todre_select_batch(todre_context *ctx, const todre_select_config *c
     if (out_offsets) {
         int64_t *p = oo.data;
         for (int64_t b = 0; b <= nseg; b++) p[b * oo.strides[0]] = out_off[b];
+    }
+    return TODRE_OK;
+}
+
+/* ---- todre_select_ex: groups, budget policies, scores -------------------- */
+
+/* Per-row output [N] (scores float32 or steps int64) on the context's
+ * device, compact. */
+static todre_status check_row_out(struct todre_context *ctx, const DLTensor *dl, const char *name,
+                                  todre_dtype dtype, int64_t N, void **data)
+{
+    struct todre_array a;
+    todre_status st = todre_array_map_out(ctx, dl, name, TODRE_DT(dtype), TODRE_WHERE_CONTEXT, &a);
+    if (st != TODRE_OK) return st;
+    if (a.rank != 1 || a.shape[0] != N)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: shape must be [%lld] (one per row)",
+                          name, (long long)N);
+    if (N > 1 && a.strides[0] != 1)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "%s: stride must be 1 (compact)", name);
+    *data = a.data;
+    return TODRE_OK;
+}
+
+/* The struct the caller passed: at least 1.1's, and any later fields zero. */
+static todre_status check_args(struct todre_context *ctx, const todre_select_args *args)
+{
+    if (!args) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "args: NULL");
+    if (args->struct_size < sizeof *args)
+        return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                          "args: struct_size %zu is smaller than todre_select_args (%zu bytes): "
+                          "set it to sizeof(todre_select_args)",
+                          args->struct_size, sizeof *args);
+    const unsigned char *extra = (const unsigned char *)args + sizeof *args;
+    for (size_t i = 0; i < args->struct_size - sizeof *args; i++)
+        if (extra[i])
+            return todre_fail(ctx, TODRE_ERR_UNSUPPORTED,
+                              "args: a field this libtodre (%s) does not know is set (byte %zu "
+                              "of %zu)",
+                              TODRE_VERSION_STRING, sizeof *args + i, args->struct_size);
+    if (!args->out) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "out: NULL");
+    return TODRE_OK;
+}
+
+todre_status todre_select_ex(todre_context *ctx, const todre_select_config *cfg,
+                             const todre_select_args *args)
+{
+    todre_clear_error(ctx);
+    if (!ctx) return todre_fail(NULL, TODRE_ERR_INVALID_ARGUMENT, "ctx: NULL");
+    if (!cfg) return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT, "cfg: NULL");
+    todre_status st = check_args(ctx, args);
+    if (st != TODRE_OK) return st;
+    struct todre_select_job job;
+    memset(&job, 0, sizeof job);
+    struct todre_array emb;
+    if ((st = check_embeddings(ctx, args->embeddings, &emb)) != TODRE_OK) return st;
+    const int64_t N = emb.shape[0];
+
+    /* the sets: B, and their row offsets */
+    int64_t B = 1;
+    if (args->offsets) {
+        struct todre_array off;
+        st = todre_array_map(ctx, args->offsets, "offsets", TODRE_DT(TODRE_DTYPE_I64),
+                             TODRE_WHERE_HOST, &off);
+        if (st != TODRE_OK) return st;
+        if (off.rank != 1 || off.shape[0] < 2)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "offsets: shape must be [B + 1] with B >= 1");
+        B = off.shape[0] - 1;
+        if (B > N)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "offsets: %lld sets for %lld rows (no set may be empty)",
+                              (long long)B, (long long)N);
+    }
+    /* the groups: G (each set one group without them) */
+    struct todre_array ga;
+    int64_t G = B;
+    if (args->groups) {
+        st = todre_array_map(ctx, args->groups, "groups", TODRE_DT(TODRE_DTYPE_I64),
+                             TODRE_WHERE_HOST, &ga);
+        if (st != TODRE_OK) return st;
+        if (ga.rank != 1 || ga.shape[0] < 2)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "groups: shape must be [G + 1] with G >= 1");
+        G = ga.shape[0] - 1;
+    }
+
+    /* Host tables, one allocation: set offsets [B+1] | set keep [B] | set
+     * totals [B] | set out offsets [B+1] | group offsets [G+1] | group sizes
+     * [G] | counts [G] | rem [G] | group -> set [G] | segment offsets [G+1] |
+     * k [G] | out offsets [G+1] | pivots [G] | index bases [G]: 4B + 10G + 5
+     * (segments are at most the groups). */
+    int64_t len, t1;
+    size_t bytes;
+    if (!todre_mul_i64(B, 4, &len) || !todre_mul_i64(G, 10, &t1) || !todre_add_i64(len, t1, &len) ||
+        !todre_add_i64(len, 5, &len) || !todre_bytes(len, sizeof(int64_t), &bytes))
+        return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY,
+                          "groups: tables for %lld sets and %lld groups do not fit host memory",
+                          (long long)B, (long long)G);
+    int64_t *tab = todre_ctx_i64(ctx, (size_t)len);
+    if (!tab) return todre_fail(ctx, TODRE_ERR_OUT_OF_MEMORY, "select_ex: out of host memory");
+    int64_t *set_off = tab, *set_keep = set_off + B + 1, *set_total = set_keep + B;
+    int64_t *set_out = set_total + B, *grp = set_out + B + 1, *sizes = grp + G + 1;
+    int64_t *counts = sizes + G, *rem = counts + G, *grp_set = rem + G;
+    int64_t *seg_off = grp_set + G, *seg_k = seg_off + G + 1, *out_off = seg_k + G;
+    int64_t *seg_pivot = out_off + G + 1, *seg_base = seg_pivot + G;
+
+    if (args->offsets) {
+        if ((st = read_host_i64(ctx, args->offsets, "offsets", B + 1, set_off)) != TODRE_OK)
+            return st;
+        if (set_off[0] != 0)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "offsets: offsets[0] = %lld, must be 0", (long long)set_off[0]);
+        for (int64_t b = 0; b < B; b++)
+            if (set_off[b + 1] <= set_off[b])
+                return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                                  "offsets: set %lld is empty or offsets decrease", (long long)b);
+        if (set_off[B] != N)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "offsets: offsets[B] = %lld but embeddings has %lld rows",
+                              (long long)set_off[B], (long long)N);
+    } else {
+        set_off[0] = 0;
+        set_off[1] = N;
+    }
+    if (args->groups) {
+        if ((st = read_host_i64(ctx, args->groups, "groups", G + 1, grp)) != TODRE_OK) return st;
+        if (grp[0] != 0)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "groups: groups[0] = %lld, must be 0", (long long)grp[0]);
+        if (grp[G] != N)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "groups: groups[G] = %lld but embeddings has %lld rows",
+                              (long long)grp[G], (long long)N);
+        if ((st = todre_plan_group_sizes(ctx, grp, G, 0, -1, sizes)) != TODRE_OK) return st;
+    } else {
+        for (int64_t b = 0; b <= B; b++) grp[b] = set_off[b];
+        for (int64_t b = 0; b < B; b++) sizes[b] = set_off[b + 1] - set_off[b];
+    }
+    /* each group to the set holding its first row (an empty group at a set
+     * boundary: the set after it; at N: the last); a group must not reach
+     * past its set, so every set boundary is a group boundary */
+    for (int64_t g = 0, b = 0; g < G; g++) {
+        while (b + 1 < B && set_off[b + 1] <= grp[g]) b++;
+        if (grp[g + 1] > set_off[b + 1])
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "groups: group %lld (rows %lld to %lld) crosses the end of set "
+                              "%lld at row %lld: every set boundary must be a group boundary",
+                              (long long)g, (long long)grp[g], (long long)grp[g + 1],
+                              (long long)b, (long long)set_off[b + 1]);
+        grp_set[g] = b;
+    }
+
+    if (args->cls && (st = check_cls(ctx, args->cls, N, !args->offsets, &job)) != TODRE_OK)
+        return st;
+    if ((st = resolve_method(ctx, cfg, args->cls != NULL, &job)) != TODRE_OK) return st;
+    if (args->keep) {
+        if ((st = read_host_i64(ctx, args->keep, "keep", B, set_keep)) != TODRE_OK) return st;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t n = set_off[b + 1] - set_off[b];
+            int64_t hi = cfg->p.budget == TODRE_BUDGET_PER_GROUP ? INT64_MAX : n;
+            if (set_keep[b] < 1 || set_keep[b] > hi)
+                return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                                  "keep: keep[%lld] = %lld is outside [1, %lld]", (long long)b,
+                                  (long long)set_keep[b], (long long)hi);
+        }
+    } else {
+        for (int64_t b = 0; b < B; b++) set_keep[b] = -1;
+    }
+
+    /* counts per set, then the segments the backend selects */
+    const int by_group = cfg->p.budget != TODRE_BUDGET_SET;
+    int64_t S = 0, g0 = 0;
+    seg_off[0] = 0;
+    out_off[0] = 0;
+    set_out[0] = 0;
+    for (int64_t b = 0; b < B; b++) {
+        int64_t g1 = g0;
+        while (g1 < G && grp_set[g1] == b) g1++;
+        st = todre_plan_counts(ctx, cfg, sizes + g0, g1 - g0, set_keep[b], args->offsets ? b : -1,
+                               counts + g0, rem + g0, &set_total[b]);
+        if (st != TODRE_OK) return st;
+        if (!todre_add_i64(set_out[b], set_total[b], &set_out[b + 1]))
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "keep: the sum of the per-set k overflows int64 at set %lld",
+                              (long long)b);
+        if (!by_group) {
+            seg_off[S + 1] = set_off[b + 1];
+            seg_k[S] = set_total[b];
+            seg_base[S] = 0;
+            if ((st = check_pivot_range(ctx, cfg, set_off[b + 1] - set_off[b],
+                                        args->offsets ? b : -1)) != TODRE_OK)
+                return st;
+            out_off[S + 1] = out_off[S] + seg_k[S];
+            S++;
+        } else {
+            for (int64_t g = g0; g < g1; g++) {
+                if (sizes[g] == 0) continue; /* an empty group: no rows, no segment */
+                seg_off[S + 1] = grp[g + 1];
+                seg_k[S] = counts[g];        /* >= 1: no non-empty group keeps none */
+                seg_base[S] = grp[g] - set_off[b];
+                if ((st = check_pivot_range_of(ctx, cfg, sizes[g], g, "group")) != TODRE_OK)
+                    return st;
+                out_off[S + 1] = out_off[S] + seg_k[S];
+                S++;
+            }
+        }
+        g0 = g1;
+    }
+    if ((st = check_out(ctx, args->out, (todre_order)cfg->p.order, set_out[B], &job)) != TODRE_OK)
+        return st;
+    struct todre_array oo;
+    if (args->out_offsets) {
+        st = todre_array_map_out(ctx, args->out_offsets, "out_offsets", TODRE_DT(TODRE_DTYPE_I64),
+                                 TODRE_WHERE_HOST, &oo);
+        if (st != TODRE_OK) return st;
+        if (oo.rank != 1 || oo.shape[0] != B + 1)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "out_offsets: shape must be [%lld]", (long long)(B + 1));
+    }
+    void *p;
+    if (args->scores) {
+        if ((st = check_row_out(ctx, args->scores, "scores", TODRE_DTYPE_F32, N, &p)) != TODRE_OK)
+            return st;
+        job.out_scores = p;
+    }
+    if (args->steps) {
+        if ((st = check_row_out(ctx, args->steps, "steps", TODRE_DTYPE_I64, N, &p)) != TODRE_OK)
+            return st;
+        job.out_steps = p;
+    }
+    job.seg_index_base = by_group ? seg_base : NULL;
+    if ((st = dispatch(ctx, &emb, S, seg_off, seg_k, out_off, seg_pivot, &job)) != TODRE_OK)
+        return st;
+    if (args->out_offsets) {
+        int64_t *o = oo.data;
+        for (int64_t b = 0; b <= B; b++) o[b * oo.strides[0]] = set_out[b];
     }
     return TODRE_OK;
 }

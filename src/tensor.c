@@ -124,6 +124,12 @@ todre_status todre_array_map(struct todre_context *ctx, const DLTensor *dl, cons
     switch ((int)dl->device.device_type) {
     case kDLCPU:
     case kDLCUDAHost:
+        /* DLPack: "for vanilla CPU memory, pinned memory ... this is set to 0" */
+        if (dl->device.device_id != 0)
+            return todre_fail(ctx, TODRE_ERR_INVALID_ARGUMENT,
+                              "%s: device_id %d on host memory (kDLCPU, kDLCUDAHost): DLPack "
+                              "gives host memory device_id 0",
+                              name, (int)dl->device.device_id);
         a->device = TODRE_DEVICE_HOST;
         a->device_index = 0;
         break;

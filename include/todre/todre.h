@@ -186,6 +186,41 @@ typedef enum todre_decision {
     TODRE_DECISION_PENDING = 4
 } todre_decision;
 
+/** How a token set's budget falls on its groups (::TODRE_SELECT_BUDGET;
+ *  groups: todre_select_ex()). Since 1.1. */
+typedef enum todre_budget {
+    /** One budget k for the whole set, selected as one set (1.0's behaviour,
+     *  the default; the paper's for an AnyRes image and for a video). Groups
+     *  do not constrain the selection: how k falls on them is the
+     *  selection's. */
+    TODRE_BUDGET_SET = 0,
+    /** The set's budget k shared among its groups: each non-empty group gets
+     *  at least min(::TODRE_SELECT_GROUP_MIN, its size), the rest by size
+     *  (largest remainder); each group is then selected on its own, as a set
+     *  of its own rows. No group is starved. */
+    TODRE_BUDGET_SHARED = 1,
+    /** Each group its own budget, as if it were a set: the ratio of its size,
+     *  or the keep count (a group with fewer tokens keeps them all); each
+     *  group selected on its own. */
+    TODRE_BUDGET_PER_GROUP = 2
+} todre_budget;
+
+/** How the kept tokens of a span are numbered (todre_positions()). Since 1.1.
+ *  docs/semantics.md states each with a worked example. */
+typedef enum todre_positions_policy {
+    /** Kept tokens keep their position ids; the text after the span
+     *  continues where it continues after the unpruned span (vLLM,
+     *  TensorRT-Edge-LLM; Qwen2.5-VL's own positions). */
+    TODRE_POSITIONS_KEEP = 0,
+    /** Kept tokens are numbered consecutively from the span's first id, in
+     *  every component; the text continues right after them (a shorter
+     *  prompt: LLaVA-style 1-D RoPE). */
+    TODRE_POSITIONS_COMPACT = 1,
+    /** Kept tokens keep their ids; the text continues at the largest kept id
+     *  plus one (OpenVINO's rule for Qwen). */
+    TODRE_POSITIONS_KEEP_MAX = 2
+} todre_positions_policy;
+
 /* ------------------------------------------------------------------------- */
 /* Parameters: one model for every handle                                    */
 /* ------------------------------------------------------------------------- */
@@ -229,6 +264,14 @@ typedef enum todre_param {
     /** int. Seed of the RANDOM pivot; any int64; default 0. */
     TODRE_SELECT_SEED = 206,
     TODRE_SELECT_ORDER = 207,     /**< int, ::todre_order; default POSITION. */
+    /** int, ::todre_budget: how a set's budget falls on its groups; default
+     *  SET. Since 1.1. */
+    TODRE_SELECT_BUDGET = 208,
+    /** int. Under TODRE_BUDGET_SHARED, the fewest tokens each non-empty group
+     *  keeps (a smaller group keeps all its tokens); range [1, INT64_MAX]:
+     *  no group is starved; default 1. Minimums above the set's budget are
+     *  an error at selection (and counting) time. Since 1.1. */
+    TODRE_SELECT_GROUP_MIN = 209,
 
     /* ---- relevance handle ---- */
     /** double. Drop threshold tau in [0, 1]; default 0.10. */
@@ -331,7 +374,9 @@ typedef struct todre_device_props {
     int32_t cores;
 } todre_device_props;
 
-/** Describe device @p device of backend @p backend ("cpu": device 0 only). */
+/** Describe device @p device of backend @p backend, a registered name
+ *  ("cpu": device 0 only), or NULL or "auto" for the backend
+ *  todre_context_create() would pick for them. */
 TODRE_API todre_status todre_device_get_props(const char *backend, int device,
                                               todre_device_props *props);
 
@@ -366,7 +411,8 @@ TODRE_API void todre_context_destroy(todre_context *ctx);
 TODRE_API const char *todre_context_backend(const todre_context *ctx);
 
 /** The device @p ctx computes on: its arrays must have this device_type
- *  (kDLCPU or kDLCUDAHost count as host) and device_id. */
+ *  (kDLCPU or kDLCUDAHost count as host) and device_id (host memory has
+ *  device_id 0, as DLPack specifies, whatever the context). */
 TODRE_API todre_status todre_context_device(const todre_context *ctx, DLDevice *device);
 
 /** @return the detail message of the last call on @p ctx ("" if it
@@ -421,7 +467,8 @@ TODRE_API todre_status todre_context_copy(todre_context *ctx, const DLTensor *ds
 /* ------------------------------------------------------------------------- */
 
 /** Arrays are `DLTensor` views, read during the call:
- *  - device: kDLCPU or kDLCUDAHost (host memory), kDLCUDA or kDLCUDAManaged
+ *  - device: kDLCPU or kDLCUDAHost (host memory, device_id 0 as DLPack
+ *    specifies), kDLCUDA or kDLCUDAManaged
  *    (CUDA memory of device_id); inputs and outputs of a computation live on
  *    the context's device unless a function says "host";
  *  - dtype, lanes 1: float32, float16, bfloat16 for data; int64 for indices
@@ -513,6 +560,114 @@ TODRE_API todre_status todre_select_batch(todre_context *ctx, const todre_select
                                           const DLTensor *embeddings, const DLTensor *cls,
                                           const DLTensor *offsets, const DLTensor *keep,
                                           const DLTensor *out, const DLTensor *out_offsets);
+
+/* ------------------------------------------------------------------------- */
+/* Prune plans (since 1.1): groups and budgets, positions, signatures         */
+/* ------------------------------------------------------------------------- */
+
+/** The keep count of every group of one token set, from the sizes alone (to
+ *  size placeholders before any embedding exists), by the code the
+ *  selection uses.
+ *  @param groups host int64 [G + 1], G >= 1: group g is rows
+ *         [groups[g], groups[g + 1]); groups[0] = 0, non-decreasing (empty
+ *         groups allowed), groups[G] = n >= 1.
+ *  @param counts NULL, or host int64 [G] receiving each group's count (0
+ *         for an empty group). Under TODRE_BUDGET_SET the selection decides
+ *         how the set's count falls on the groups: every entry is -1.
+ *  @param total  receives the set's count, k (the sum of the group counts).
+ *  Under SHARED the minimums are kept even when they exceed the set's
+ *  budget (the total is then their sum). Nothing is written on failure (a
+ *  keep count above n under SET or SHARED). */
+TODRE_API todre_status todre_select_group_counts(const todre_select_config *cfg,
+                                                 const DLTensor *groups, const DLTensor *counts,
+                                                 int64_t *total);
+
+/** Arguments of todre_select_ex(): zero-initialise, set struct_size to
+ *  sizeof(todre_select_args), fill in what you use. A later version may
+ *  append fields: a program built against it passes a larger struct_size,
+ *  which this library accepts when every field it does not know is zero. */
+typedef struct todre_select_args {
+    size_t struct_size;
+    /** [N, d], as for todre_select_batch(). Required. */
+    const DLTensor *embeddings;
+    /** NULL or [N] CLS attention; a single set (no offsets) may give
+     *  [frames, tokens_per_frame] (the video pivot, docs/semantics.md). */
+    const DLTensor *cls;
+    /** NULL (one set of N rows) or host int64 [B + 1], as for
+     *  todre_select_batch(). */
+    const DLTensor *offsets;
+    /** NULL or host int64 [B]: each set's keep count instead of the
+     *  configuration's budget (under PER_GROUP, each group's). */
+    const DLTensor *keep;
+    /** NULL (each set is one group) or host int64 [G + 1] row offsets over
+     *  the N rows: groups[0] = 0, non-decreasing, groups[G] = N, every set
+     *  boundary a group boundary. Empty groups are allowed. */
+    const DLTensor *groups;
+    /** int64 [K] (or [2, K] for ORDER_BOTH) on the context's device; K = the
+     *  sum of the sets' counts (todre_select_group_counts()). Set b's
+     *  indices, local to the set, start at out_offsets[b]; under SHARED and
+     *  PER_GROUP they come group by group (each group's in the configured
+     *  order), so position order stays ascending. Required. */
+    const DLTensor *out;
+    /** NULL or host int64 [B + 1], as for todre_select_batch(). */
+    const DLTensor *out_offsets;
+    /** NULL or float32 [N] on the context's device: every token's objective
+     *  value at the end of the selection of its set (or group), against
+     *  the tokens kept there: MAX_SUM the summed similarity, MAX_MIN the
+     *  similarity to the nearest kept token, CLS_TOPK its CLS value
+     *  (docs/semantics.md). Computed only when asked for. */
+    const DLTensor *scores;
+    /** NULL or int64 [N] on the context's device: for each kept token the
+     *  step at which it was taken within its set (or group), 0 for the
+     *  pivot (CLS_TOPK: its rank); -1 for every other token. */
+    const DLTensor *steps;
+} todre_select_args;
+
+/** Select from one token set or a ragged batch, with groups, budget
+ *  policies and per-token scores: todre_select() and todre_select_batch()
+ *  with everything 1.1 adds. Without groups, scores and steps it equals
+ *  todre_select_batch() (or todre_select() for one set, which alone takes a
+ *  [frames, tokens] CLS map). Under SHARED and PER_GROUP every group is
+ *  selected exactly as todre_select() would select its rows with its
+ *  count, the pivot range and seed applying to each group; groups with a
+ *  count of 0 are skipped. Synchronicity as todre_select(). */
+TODRE_API todre_status todre_select_ex(todre_context *ctx, const todre_select_config *cfg,
+                                       const todre_select_args *args);
+
+/** Position ids after pruning one span of visual tokens (an image, a
+ *  video), on the host.
+ *  @param policy    ::todre_positions_policy.
+ *  @param positions host int64 [n, P], n >= 1, 1 <= P <= 8: each token's
+ *         position id in the unpruned prompt (P = 1 for 1-D RoPE, 3 for
+ *         mRoPE's (t, h, w)).
+ *  @param kept      host int64 [k], 1 <= k <= n: ascending, distinct
+ *         indices into the n tokens (todre_select()'s position order).
+ *  @param out       host int64 [k, P]: receives the kept tokens' ids.
+ *  @param next      NULL, or receives the id at which the text after the
+ *         span continues (text tokens take next, next + 1, ... in every
+ *         component).
+ *  @param delta     NULL, or receives next - start - k, start being the
+ *         smallest id in @p positions: what the span adds to the offset
+ *         between a token's position id and its index in the pruned prompt
+ *         (summed over a prompt's spans: Qwen2.5-VL's rope delta).
+ *  Nothing is written on failure. */
+TODRE_API todre_status todre_positions(todre_positions_policy policy, const DLTensor *positions,
+                                       const DLTensor *kept, const DLTensor *out, int64_t *next,
+                                       int64_t *delta);
+
+/** The canonical text of what in @p cfg decides which tokens are selected:
+ *  two configurations have equal signatures exactly when they select the
+ *  same tokens from every input (docs/semantics.md lists what is in it). It
+ *  starts with a version, "todre-select-1;", that changes only in a
+ *  release that changes which tokens some configuration selects (the
+ *  CHANGELOG says so). What a prefix or encoder cache adds to its key.
+ *  @param buf  NULL (to learn the length), or @p size bytes receiving the
+ *         NUL-terminated text.
+ *  @param len  receives the text's length (without the NUL), also when
+ *         @p size is too small, which is TODRE_ERR_INVALID_ARGUMENT with
+ *         @p buf untouched. */
+TODRE_API todre_status todre_select_config_signature(const todre_select_config *cfg, char *buf,
+                                                     size_t size, size_t *len);
 
 /* ------------------------------------------------------------------------- */
 /* Stage 2: relevance drop                                                    */
@@ -609,7 +764,8 @@ TODRE_API todre_status todre_relevance_observe_qk(todre_context *ctx, todre_rele
                                                   const DLTensor *k, double scale,
                                                   const DLTensor *decisions);
 
-/** Ratios observed at @p layer for sequence @p seq.
+/** Ratios observed at @p layer for sequence @p seq; neither out-pointer may
+ *  be NULL.
  *  @return TODRE_ERR_STATE if that layer was not probed for that sequence. */
 TODRE_API todre_status todre_relevance_ratios(const todre_relevance *rel, int64_t seq,
                                               int64_t layer, double *alpha_t2v,
@@ -626,6 +782,13 @@ TODRE_API todre_status todre_relevance_drop_layer(const todre_relevance *rel, in
  *         is too small, which is TODRE_ERR_INVALID_ARGUMENT). */
 TODRE_API todre_status todre_relevance_keep_positions(const todre_relevance *rel, int64_t seq,
                                                       const DLTensor *out, int64_t *count);
+
+/** The canonical text of @p rel's settings that decide its drops (layers,
+ *  tau, schedule, probe layers), as todre_select_config_signature(): equal
+ *  exactly when two handles decide alike on every input; starts with
+ *  "todre-relevance-1;". Since 1.1. */
+TODRE_API todre_status todre_relevance_signature(const todre_relevance *rel, char *buf,
+                                                 size_t size, size_t *len);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -129,10 +129,13 @@ static todre_status check_finite(const struct todre_select_job *job, int64_t N, 
  * and position order, K = sum of the k), written to the caller's arrays
  * only once every set has succeeded. */
 struct layout {
-    size_t scale, ahead, acc, near, pairs, rep, taken, sel, w, mu, res_sel, res_pos, total;
+    size_t scale, ahead, acc, near, pairs, rep, taken, sel, w, mu, res_sel, res_pos;
+    size_t res_scores, res_steps; /* [N] each, when the job asks for them */
+    size_t total;
 };
 
-static struct layout plan(int64_t N, int64_t nseg, int64_t nmax, int64_t d, int64_t K)
+static struct layout plan(int64_t N, int64_t nseg, int64_t nmax, int64_t d, int64_t K,
+                          int scores, int steps)
 {
     struct layout L;
     size_t o = 0;
@@ -148,6 +151,8 @@ static struct layout plan(int64_t N, int64_t nseg, int64_t nmax, int64_t d, int6
     L.mu = o;    o = ALIGN64(o + (size_t)d * 8);
     L.res_sel = o; o = ALIGN64(o + (size_t)K * 8);
     L.res_pos = o; o = ALIGN64(o + (size_t)K * 8);
+    L.res_scores = o; o = ALIGN64(o + (scores ? (size_t)N * 4 : 0));
+    L.res_steps = o;  o = ALIGN64(o + (steps ? (size_t)N * 8 : 0));
     L.total = o;
     return L;
 }
@@ -194,10 +199,64 @@ static void stage_outputs(const struct todre_select_job *job, int64_t b, const i
                           const struct todre_sel_seg *s, int64_t *res_sel, int64_t *res_pos)
 {
     int64_t o = job->out_offsets[b];
-    memcpy(res_sel + o, sel, (size_t)s->k * sizeof *sel);
+    int64_t base = job->seg_index_base ? job->seg_index_base[b] : 0;
+    for (int64_t j = 0; j < s->k; j++) res_sel[o + j] = sel[j] + base;
     int64_t *dst = res_pos + o;
     for (int64_t i = 0, m = 0; i < s->n; i++)
-        if (s->taken[i]) dst[m++] = i;
+        if (s->taken[i]) dst[m++] = i + base;
+}
+
+/* Set b's per-row outputs into the staged ones (scores, steps: the set's
+ * rows of [N], or NULL), from the rows and scales the selection read
+ * (the guard's normalised copy included). MAX_SUM: the dot product of each
+ * row with the sum of the kept (normalised) rows, w = sum_c x_c summed in
+ * fp64; MAX_MIN: the largest similarity to a kept row, one matrix-vector
+ * product per kept row; CLS_TOPK: the CLS value. */
+static void stage_extras(struct todre_sel_seg *s, const int64_t *sel, float *scores,
+                         int64_t *steps)
+{
+    const struct todre_select_job *job = s->job;
+    if (steps) {
+        for (int64_t i = 0; i < s->n; i++) steps[i] = -1;
+        for (int64_t j = 0; j < s->k; j++) steps[sel[j]] = j;
+    }
+    if (!scores) return;
+    if (job->objective == TODRE_OBJECTIVE_CLS_TOPK) {
+        for (int64_t i = 0; i < s->n; i++) scores[i] = todre_sel_cls(s, i);
+        return;
+    }
+    const int64_t d = s->d;
+    float *w = s->w;
+    if (job->objective == TODRE_OBJECTIVE_MAX_SUM) {
+        double *sum = s->mu;
+        memset(sum, 0, (size_t)d * sizeof *sum);
+        for (int64_t j = 0; j < s->k; j++) {
+            int64_t c = sel[j];
+            s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, c), d, 1.0f, w);
+            for (int64_t t = 0; t < d; t++) sum[t] += (double)w[t] * s->scale[c];
+        }
+        for (int64_t t = 0; t < d; t++) w[t] = (float)sum[t];
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+        for (int64_t v = 0; v < s->n; v++)
+            scores[v] = (float)((double)s->kern->dot(todre_sel_row(s->rows, s->dtype, s->stride, v),
+                                                     w, d) *
+                                s->scale[v]);
+        return;
+    }
+    double *best = s->acc;
+    for (int64_t v = 0; v < s->n; v++) best[v] = -INFINITY;
+    for (int64_t j = 0; j < s->k; j++) {
+        int64_t c = sel[j];
+        double sc = s->scale[c];
+        s->kern->widen(todre_sel_row(s->rows, s->dtype, s->stride, c), d, 1.0f, w);
+#pragma omp parallel for num_threads(s->nthreads) schedule(static)
+        for (int64_t v = 0; v < s->n; v++) {
+            double sim = (double)s->kern->dot(todre_sel_row(s->rows, s->dtype, s->stride, v), w, d) *
+                         (s->scale[v] * sc);
+            if (sim > best[v] || sim != sim) best[v] = sim;
+        }
+    }
+    for (int64_t v = 0; v < s->n; v++) scores[v] = (float)best[v];
 }
 
 /* The kernel that makes a ROWS set's rows within the workspace limit, and
@@ -364,7 +423,8 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
         if (n > nmax) nmax = n;
     }
     const int64_t K = job->out_offsets[job->nseg];
-    struct layout L = plan(N, job->nseg, nmax, job->d, K);
+    struct layout L = plan(N, job->nseg, nmax, job->d, K, job->out_scores != NULL,
+                           job->out_steps != NULL);
     char *ws = todre_cpu_workspace(be, TODRE_CPU_WS_SELECT_A, L.total);
     if (!ws) {
         snprintf(diag->buf, diag->cap, "workspace: cannot allocate %zu bytes", L.total);
@@ -400,9 +460,14 @@ todre_status todre_cpu_select(struct todre_backend *base, const struct todre_sel
             snprintf(diag->buf, diag->cap, "workspace: out of memory in set %lld", (long long)b);
         if (st != TODRE_OK) return st;
         stage_outputs(job, b, sel, &s, (int64_t *)(ws + L.res_sel), (int64_t *)(ws + L.res_pos));
+        if (job->out_scores || job->out_steps)
+            stage_extras(&s, sel, job->out_scores ? (float *)(ws + L.res_scores) + r0 : NULL,
+                         job->out_steps ? (int64_t *)(ws + L.res_steps) + r0 : NULL);
     }
     /* every set succeeded: only now are the caller's arrays written */
     if (job->out_sel) memcpy(job->out_sel, ws + L.res_sel, (size_t)K * sizeof(int64_t));
     if (job->out_pos) memcpy(job->out_pos, ws + L.res_pos, (size_t)K * sizeof(int64_t));
+    if (job->out_scores) memcpy(job->out_scores, ws + L.res_scores, (size_t)N * sizeof(float));
+    if (job->out_steps) memcpy(job->out_steps, ws + L.res_steps, (size_t)N * sizeof(int64_t));
     return TODRE_OK;
 }

@@ -152,6 +152,7 @@ static void make_plan(struct todre_cuda_backend *be, const struct todre_select_j
         s->pivot = (greedy && job_pivot(job) == TODRE_PIVOT_FIXED) ? (int32_t)job->seg_pivot[b] : -1;
         s->gram_off = -1;
         s->gemv = greedy && job->seg_plan[b].strategy == TODRE_STRATEGY_GEMV;
+        s->base = job->seg_index_base ? job->seg_index_base[b] : 0;
         p->rowoff[b] = s->row0;
         if (n > p->max_n) p->max_n = (int)n;
         if (!greedy) continue;
@@ -410,6 +411,8 @@ static todre_status check_pointers(struct todre_cuda_backend *be, const struct t
     CKS(todre_cuda_check_pointer(be, job->cls, "cls", diag));
     CKS(todre_cuda_check_pointer(be, job->out_sel, "out", diag));
     CKS(todre_cuda_check_pointer(be, job->out_pos, "out", diag));
+    CKS(todre_cuda_check_pointer(be, job->out_scores, "scores", diag));
+    CKS(todre_cuda_check_pointer(be, job->out_steps, "steps", diag));
     return TODRE_OK;
 }
 
@@ -461,6 +464,13 @@ static todre_status enqueue(struct todre_cuda_backend *be, const struct todre_se
         CKS(run_pivots(be, job, e, p, dv, clsf, diag));
         CKS(run_gram_chunks(be, job, e, p, dv, diag));
         CKS(run_gemv(be, job, e, p, dv, diag));
+    }
+    if (job->out_scores || job->out_steps) {
+        int mode = job->objective == TODRE_OBJECTIVE_CLS_TOPK ? 2
+                   : job->objective == TODRE_OBJECTIVE_MAX_MIN ? 1 : 0;
+        CK(todre_cuda_launch_extras(e, dv->segs, dv->rowoff, p->nseg, p->N, dv->flags, dv->sel,
+                                    dv->inv, clsf, mode, job->out_scores, job->out_steps,
+                                    be->stream), "scores kernel");
     }
     CK(todre_cuda_launch_finalize(dv->segs, p->nseg, dv->flags, dv->sel, job->out_sel,
                                   job->out_pos, flagmap, be->stream), "output kernel");

@@ -596,22 +596,28 @@ k_finalize(const struct todre_cuda_seg *segs, const int *flags, const int64_t *s
         }
         return;
     }
-    if (!out_pos) return;
-    unsigned char *map = flagmap + s.row0;
-    for (int v = threadIdx.x; v < s.n; v += blockDim.x) map[v] = 0;
-    __syncthreads();
-    for (int t = threadIdx.x; t < s.k; t += blockDim.x) map[sel[s.out0 + t]] = 1;
-    if (threadIdx.x == 0) carry = 0;
-    __syncthreads();
-    for (int base = 0; base < s.n; base += blockDim.x) {
-        int v = base + threadIdx.x;
-        int in = (v < s.n) ? map[v] : 0;
-        int prefix, total;
-        Scan(scan_tmp).ExclusiveSum(in, prefix, total);
-        if (in) out_pos[s.out0 + carry + prefix] = v;
+    if (out_pos) {
+        unsigned char *map = flagmap + s.row0;
+        for (int v = threadIdx.x; v < s.n; v += blockDim.x) map[v] = 0;
         __syncthreads();
-        if (threadIdx.x == 0) carry += total;
+        for (int t = threadIdx.x; t < s.k; t += blockDim.x) map[sel[s.out0 + t]] = 1;
+        if (threadIdx.x == 0) carry = 0;
         __syncthreads();
+        for (int base = 0; base < s.n; base += blockDim.x) {
+            int v = base + threadIdx.x;
+            int in = (v < s.n) ? map[v] : 0;
+            int prefix, total;
+            Scan(scan_tmp).ExclusiveSum(in, prefix, total);
+            if (in) out_pos[s.out0 + carry + prefix] = v + s.base;
+            __syncthreads();
+            if (threadIdx.x == 0) carry += total;
+            __syncthreads();
+        }
+    }
+    /* the selection order holds local rows until here (the map read them) */
+    if (out_sel && s.base) {
+        __syncthreads();
+        for (int t = threadIdx.x; t < s.k; t += blockDim.x) out_sel[s.out0 + t] += s.base;
     }
 }
 
@@ -622,6 +628,72 @@ cudaError_t todre_cuda_launch_finalize(const struct todre_cuda_seg *segs, int ns
 {
     k_finalize<<<(unsigned)nseg, FINAL_THREADS, 0, stream>>>(segs, flags, sel, out_sel, out_pos,
                                                            flagmap);
+    return cudaGetLastError();
+}
+
+/* ---- per-row outputs (todre_select_ex's scores and steps) ----------------------------------- */
+
+#define EXTRA_THREADS 256
+
+/* steps[row] = the row's place in its set's selection order, -1 if not kept. */
+__global__ void __launch_bounds__(EXTRA_THREADS)
+k_steps(const struct todre_cuda_seg *segs, const int *flags, const int64_t *sel, int64_t *steps)
+{
+    struct todre_cuda_seg s = segs[blockIdx.x];
+    for (int v = threadIdx.x; v < s.n; v += blockDim.x) steps[s.row0 + v] = -1;
+    __syncthreads();
+    if (flags[blockIdx.x]) return;
+    for (int t = threadIdx.x; t < s.k; t += blockDim.x) steps[s.row0 + sel[s.out0 + t]] = t;
+}
+
+/* scores[v], one warp a row: the sum (mode 0, MAX_SUM) or the largest (mode
+ * 1, MAX_MIN) of its similarities to the rows kept in its set, or its CLS
+ * value (mode 2); NaN in a set whose input was not finite. */
+template <typename T>
+__global__ void __launch_bounds__(EXTRA_THREADS)
+k_scores(const T *emb, int64_t ld, int d, int vec, const struct todre_cuda_seg *segs,
+         const int64_t *rowoff, int nseg, int64_t N, const int *flags, const int64_t *sel,
+         const float *inv, const float *clsf, int mode, float *scores)
+{
+    int64_t v = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    if (v >= N) return; /* the whole warp */
+    int b = seg_of_row(rowoff, nseg, v);
+    struct todre_cuda_seg s = segs[b];
+    float out;
+    if (flags[b]) {
+        out = __int_as_float(0x7fc00000);
+    } else if (mode == 2) {
+        out = clsf[v];
+    } else {
+        float acc = mode == 0 ? 0.f : -INFINITY;
+        const T *rv = emb + v * ld;
+        for (int t = 0; t < s.k; t++) {
+            int64_t c = s.row0 + sel[s.out0 + t];
+            float sim = warp_dot(rv, emb + c * ld, d, vec) * inv[v] * inv[c];
+            acc = mode == 0 ? acc + sim : fmaxf(acc, sim);
+        }
+        out = acc;
+    }
+    if ((threadIdx.x & 31) == 0) scores[v] = out;
+}
+
+cudaError_t todre_cuda_launch_extras(const struct todre_cuda_emb *e, const struct todre_cuda_seg *segs,
+                                     const int64_t *rowoff, int nseg, int64_t N, const int *flags,
+                                     const int64_t *sel, const float *inv, const float *clsf,
+                                     int mode, float *scores, int64_t *steps, cudaStream_t stream)
+{
+    if (steps) {
+        k_steps<<<(unsigned)nseg, EXTRA_THREADS, 0, stream>>>(segs, flags, sel, steps);
+        cudaError_t err = cudaGetLastError();
+        if (err != cudaSuccess) return err;
+    }
+    if (scores) {
+        unsigned grid = blocks_for(N, EXTRA_THREADS / 32);
+        DISPATCH_DTYPE(e->dtype, T,
+            k_scores<T><<<grid, EXTRA_THREADS, 0, stream>>>((const T *)e->ptr, e->ld, e->d, e->vec,
+                                                          segs, rowoff, nseg, N, flags, sel, inv,
+                                                          clsf, mode, scores));
+    }
     return cudaGetLastError();
 }
 

@@ -20,6 +20,7 @@ struct todre_cuda_seg {
     int32_t lo, hi;   /* pivot range, local rows */
     int32_t pivot;    /* FIXED pivot (the core's draw of RANDOM), else -1 */
     int32_t gemv;     /* 1: GEMV strategy, 0: GRAM (as the core planned it) */
+    int64_t base;     /* added to every index written (the job's seg_index_base) */
 };
 
 /* Greedy objective as the kernels implement it: both minimise a cost,
@@ -115,6 +116,15 @@ cudaError_t todre_cuda_launch_topk_take(const struct todre_cuda_seg *segs, int n
 /* Per set: outputs of a set with non-finite input become -1; otherwise the
  * position order is derived from the selection order. @p out_sel may be NULL
  * (then sel is workspace and is left alone). */
+/* todre_select_ex's per-row outputs (either may be NULL): steps (int64 per
+ * global row) and scores (float per global row; mode 0 MAX_SUM, 1 MAX_MIN,
+ * 2 CLS_TOPK with @p clsf). Reads the selection order @p sel, local rows:
+ * queue it before the output kernel adds the sets' bases. */
+cudaError_t todre_cuda_launch_extras(const struct todre_cuda_emb *e, const struct todre_cuda_seg *segs,
+                                     const int64_t *rowoff, int nseg, int64_t N, const int *flags,
+                                     const int64_t *sel, const float *inv, const float *clsf,
+                                     int mode, float *scores, int64_t *steps, cudaStream_t stream);
+
 cudaError_t todre_cuda_launch_finalize(const struct todre_cuda_seg *segs, int nseg,
                                        const int *flags, const int64_t *sel, int64_t *out_sel,
                                        int64_t *out_pos, unsigned char *flagmap,

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# ABI compatibility against the recorded baseline (ctest abi.compliance):
-# dump the built library with abi-dumper and compare it with
-# tests/abi/baseline/todre-<MAJOR>.0.dump using abi-compliance-checker.
+# ABI compatibility against the recorded baselines (ctest abi.compliance):
+# dump the built library with abi-dumper and compare it with every
+# tests/abi/baseline/todre-<MAJOR>.<MINOR>.dump of its major version (1.0,
+# 1.1, ...: each release's ABI) using abi-compliance-checker.
 # Any binary or source compatibility problem (a removed function, a changed
 # signature or struct layout, ...) fails, and so does a removed or changed
-# enumerator value (todre-<MAJOR>.0.enums, enum_values.py); added functions,
+# enumerator value (the baseline's .enums, enum_values.py); added functions,
 # parameters and enumerators do not. Prints a one-line summary; the HTML
 # report is BUILD_DIR/abi/compat_report.html. Exit 77 (skip) only when
 # abi-dumper or abi-compliance-checker is not installed (scripts/deps.sh
@@ -14,8 +15,18 @@
 set -euo pipefail
 lib=$1 version=$2 source_dir=$3 build_dir=$4
 major=${version%%.*}
-baseline=${5:-$source_dir/tests/abi/baseline/todre-$major.0.dump}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+if [ $# -lt 5 ]; then
+  # every recorded release of this major version, each in turn
+  shopt -s nullglob
+  baselines=("$source_dir"/tests/abi/baseline/todre-"$major".*.dump)
+  [ ${#baselines[@]} -gt 0 ] || { echo "FAIL: no baseline todre-$major.*.dump" >&2; exit 1; }
+  for b in "${baselines[@]}"; do
+    bash "${BASH_SOURCE[0]}" "$lib" "$version" "$source_dir" "$build_dir" "$b" || exit $?
+  done
+  exit 0
+fi
+baseline=$5
 
 for tool in abi-dumper abi-compliance-checker; do
   if ! command -v "$tool" >/dev/null; then
@@ -32,8 +43,9 @@ mkdir -p "$out"
 dump=$out/todre-$version.dump
 bash "$here/abi_dump.sh" "$lib" "$version" "$source_dir" "$build_dir" "$dump" >/dev/null
 
-report=$out/compat_report.html
-log=$out/compat.log
+name=$(basename "${baseline%.dump}")
+report=$out/compat_report_$name.html
+log=$out/compat_$name.log
 set +e
 abi-compliance-checker -l todre -old "$baseline" -new "$dump" -report-path "$report" >"$log" 2>&1
 rc=$?

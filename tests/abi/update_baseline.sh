@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Regenerate the ABI baseline tests/abi/baseline/todre-<MAJOR>.0.dump from a
-# build tree (configure and build libtodre first). Run it once per major
-# version, when the ABI is final (at the .0 release); the compliance check
-# (check_abi.sh, ctest abi.compliance) then guards every later 1.x build
-# against it. Never regenerate it to make an incompatible change pass.
+# Record the ABI baseline tests/abi/baseline/todre-<MAJOR>.<MINOR>.dump (and
+# .enums) of a release from a build tree (configure and build libtodre
+# first). Run it once per minor release, when its ABI is final; the
+# compliance check (check_abi.sh, ctest abi.compliance) then guards every
+# later build of that major version against every recorded release. Never
+# regenerate an existing baseline to make an incompatible change pass.
 #
 # usage: tests/abi/update_baseline.sh BUILD_DIR
 set -euo pipefail
@@ -13,7 +14,9 @@ header=$build_dir/include/todre/todre_version.h
 [ -f "$header" ] || { echo "error: $header missing: configure $build_dir first" >&2; exit 1; }
 version=$(sed -n 's/^#define TODRE_VERSION_STRING "\(.*\)"/\1/p' "$header")
 major=${version%%.*}
+minor=${version#*.}
+minor=${minor%%.*}
 lib=$build_dir/libtodre.so.$major
-out=$source_dir/tests/abi/baseline/todre-$major.0.dump
+out=$source_dir/tests/abi/baseline/todre-$major.$minor.dump
 bash "$source_dir/tests/abi/abi_dump.sh" "$lib" "$version" "$source_dir" "$build_dir" "$out"
 echo "baseline written: $out and ${out%.dump}.enums (library $version); commit them with the header they describe"

@@ -36,6 +36,8 @@ static const struct expect expects[] = {
     {TODRE_SELECT_RATIO, TODRE_PARAM_DOUBLE, 0, 0, 0, 0, 0.0, 1.0, 0.10},
     {TODRE_SELECT_SEED, TODRE_PARAM_INT, 0, INT64_MIN, INT64_MAX, 0, 0, 0, 0},
     {TODRE_SELECT_ORDER, TODRE_PARAM_INT, 0, 0, 2, TODRE_ORDER_POSITION, 0, 0, 0},
+    {TODRE_SELECT_BUDGET, TODRE_PARAM_INT, 0, 0, 2, TODRE_BUDGET_SET, 0, 0, 0},
+    {TODRE_SELECT_GROUP_MIN, TODRE_PARAM_INT, 0, 1, INT64_MAX, 1, 0, 0, 0},
     {TODRE_RELEVANCE_TAU, TODRE_PARAM_DOUBLE, 0, 0, 0, 0, 0.0, 1.0, 0.10},
     {TODRE_RELEVANCE_SCHEDULE, TODRE_PARAM_INT, 0, 0, 1, TODRE_PROBE_LIST, 0, 0, 0},
     {TODRE_RELEVANCE_NUM_LAYERS, TODRE_PARAM_INT, 1, 0, 0, 0, 0, 0, 0},
@@ -174,14 +176,15 @@ static void test_names(void **state)
         {TODRE_CONTEXT_WORKSPACE_LIMIT, 100}, {TODRE_CONTEXT_NUM_THREADS, 101},
         {TODRE_SELECT_OBJECTIVE, 200}, {TODRE_SELECT_PIVOT, 201}, {TODRE_SELECT_PIVOT_LO, 202},
         {TODRE_SELECT_PIVOT_HI, 203}, {TODRE_SELECT_KEEP, 204}, {TODRE_SELECT_RATIO, 205},
-        {TODRE_SELECT_SEED, 206}, {TODRE_SELECT_ORDER, 207}, {TODRE_RELEVANCE_TAU, 300},
+        {TODRE_SELECT_SEED, 206}, {TODRE_SELECT_ORDER, 207}, {TODRE_SELECT_BUDGET, 208},
+        {TODRE_SELECT_GROUP_MIN, 209}, {TODRE_RELEVANCE_TAU, 300},
         {TODRE_RELEVANCE_SCHEDULE, 301}, {TODRE_RELEVANCE_NUM_LAYERS, 302},
         {TODRE_RELEVANCE_BATCH, 303}, {TODRE_CONTEXT_EXP_SELECT_STRATEGY, 1000},
         {TODRE_CONTEXT_EXP_SELECT_ROWS_MADE, 1001},
     };
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; i++)
         assert_int_equal((int)pinned[i].p, pinned[i].v);
-    static const int unknown[] = {-1, 0, 1, 99, 102, 199, 208, 250, 299, 304, 399, 400, 999, 1002, 100000};
+    static const int unknown[] = {-1, 0, 1, 99, 102, 199, 210, 250, 299, 304, 399, 400, 999, 1002, 100000};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++)
         assert_null(todre_param_name((todre_param)unknown[i]));
     /* the list is complete: the library knows no parameter it lacks */
@@ -389,7 +392,7 @@ static void test_unknown(void **state)
     (void)state;
     struct handles h;
     open_handles(&h);
-    static const int unknown[] = {-1, 0, 99, 102, 199, 208, 250, 304, 999, 1002, 100000};
+    static const int unknown[] = {-1, 0, 99, 102, 199, 210, 250, 304, 999, 1002, 100000};
     for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
         todre_param p = (todre_param)unknown[i];
         for (int kind = 0; kind < 3; kind++) {

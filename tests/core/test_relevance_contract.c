@@ -407,11 +407,19 @@ static void test_query_arguments(void **state)
                     TODRE_ERR_INVALID_ARGUMENT, "out"); /* host only */
     tt_assert_ok(todre_relevance_keep_positions(f->rel, 0, tt_array1(&o, out, TODRE_DTYPE_I64, 7), &count));
     assert_int_equal(count, 7);
-    /* A NULL ratio out-pointer is allowed once the layer was observed. */
+    /* A NULL ratio out-pointer is refused, as by every other getter, also
+     * once the layer was observed; the other one is then untouched. */
     tt_array g;
     tt_assert_ok(todre_relevance_observe_probs(f->ctx, f->rel, 0, t3(&g, f->attn, TODRE_DTYPE_F32, H, K, K), NULL));
-    tt_assert_ok(todre_relevance_ratios(f->rel, 0, 0, NULL, &y));
-    tt_assert_ok(todre_relevance_ratios(f->rel, 0, 0, &x, NULL));
+    y = -7.0;
+    tt_assert_fails(NULL, todre_relevance_ratios(f->rel, 0, 0, NULL, &y), TODRE_ERR_INVALID_ARGUMENT,
+                    "alpha_t2v");
+    assert_true(y == -7.0);
+    x = -7.0;
+    tt_assert_fails(NULL, todre_relevance_ratios(f->rel, 0, 0, &x, NULL), TODRE_ERR_INVALID_ARGUMENT,
+                    "alpha_v2t");
+    assert_true(x == -7.0);
+    tt_assert_ok(todre_relevance_ratios(f->rel, 0, 0, &x, &y));
     tt_assert_ok(todre_relevance_reset(f->rel, TODRE_RESET_STATE));
 }
 

@@ -97,15 +97,23 @@ static void test_out_of_range(void **state)
     tt_cfg_set(cfg, TODRE_SELECT_PIVOT_HI, -1);
     tt_assert_fails_param(NULL, todre_select_config_set_int(cfg, TODRE_SELECT_OBJECTIVE, INT64_MIN),
                           TODRE_ERR_INVALID_ARGUMENT, TODRE_SELECT_OBJECTIVE);
-    tt_assert_fails(NULL, todre_select_config_set_int(cfg, (todre_param)208, 0),
+    tt_assert_fails(NULL, todre_select_config_set_int(cfg, (todre_param)210, 0),
                     TODRE_ERR_INVALID_ARGUMENT, "param");
+    /* the budget policies and the per-group minimum (>= 1: none starved) */
+    tt_assert_fails_param(NULL, todre_select_config_set_int(cfg, TODRE_SELECT_BUDGET, 3),
+                          TODRE_ERR_INVALID_ARGUMENT, TODRE_SELECT_BUDGET);
+    tt_assert_fails_param(NULL, todre_select_config_set_int(cfg, TODRE_SELECT_GROUP_MIN, 0),
+                          TODRE_ERR_INVALID_ARGUMENT, TODRE_SELECT_GROUP_MIN);
+    tt_cfg_set(cfg, TODRE_SELECT_BUDGET, TODRE_BUDGET_PER_GROUP);
+    assert_int_equal(get(cfg, TODRE_SELECT_BUDGET), TODRE_BUDGET_PER_GROUP);
+    tt_cfg_set(cfg, TODRE_SELECT_BUDGET, TODRE_BUDGET_SET);
     int64_t v;
     todre_param_bounds b;
     memset(&b, 0, sizeof b);
     b.struct_size = sizeof b;
     tt_assert_fails(NULL, todre_select_config_get_int(cfg, (todre_param)-1, &v),
                     TODRE_ERR_INVALID_ARGUMENT, "param");
-    tt_assert_fails(NULL, todre_param_get_bounds((todre_param)208, &b), TODRE_ERR_INVALID_ARGUMENT,
+    tt_assert_fails(NULL, todre_param_get_bounds((todre_param)210, &b), TODRE_ERR_INVALID_ARGUMENT,
                     "param");
     todre_select_config_destroy(cfg);
 }

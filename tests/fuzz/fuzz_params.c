@@ -63,6 +63,8 @@ static const struct spec specs[] = {
     {TODRE_SELECT_RATIO, "TODRE_SELECT_RATIO", K_SEL, 1, 0, 0, 0, 0, RATIO_MIN, 1.0, 0.10},
     {TODRE_SELECT_SEED, "TODRE_SELECT_SEED", K_SEL, 0, 0, INT64_MIN, INT64_MAX, 0, 0, 0, 0},
     {TODRE_SELECT_ORDER, "TODRE_SELECT_ORDER", K_SEL, 0, 0, 0, 2, 0, 0, 0, 0},
+    {TODRE_SELECT_BUDGET, "TODRE_SELECT_BUDGET", K_SEL, 0, 0, 0, 2, 0, 0, 0, 0},
+    {TODRE_SELECT_GROUP_MIN, "TODRE_SELECT_GROUP_MIN", K_SEL, 0, 0, 1, INT64_MAX, 1, 0, 0, 0},
     {TODRE_RELEVANCE_TAU, "TODRE_RELEVANCE_TAU", K_REL, 1, 0, 0, 0, 0, 0.0, 1.0, 0.10},
     {TODRE_RELEVANCE_SCHEDULE, "TODRE_RELEVANCE_SCHEDULE", K_REL, 0, 0, 0, 1, 0, 0, 0, 0},
     /* read-only; range checked against todre_param_get_bounds() at creation */
@@ -114,7 +116,7 @@ static todre_param pick_param(struct fz *in)
 {
     uint8_t b = fz_u8(in);
     if (b < 0xe0) return specs[b % NSPECS].param;
-    static const int32_t odd[] = {0, -1, 99, 102, 199, 208, 299, 304, 399, 999, 1002, INT32_MIN};
+    static const int32_t odd[] = {0, -1, 99, 102, 199, 210, 299, 304, 399, 999, 1002, INT32_MIN};
     if (b < 0xf0) return (todre_param)odd[b % 12];
     return (todre_param)(int32_t)fz_u32(in);
 }

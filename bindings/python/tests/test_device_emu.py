@@ -2,7 +2,7 @@
 GPU: libtodre's CUDA module built for the CPU emulator of CUDA
 (tests/cuda_emu), loaded through $TODRE_BACKEND_PATH.
 
-Run by ctest as python.device_emu (tests/python.cmake sets
+Run by ctest as python.device_emu (tests/python/CMakeLists.txt sets
 TODRE_BACKEND_PATH to libtodre-cuda-emu.so and TODRE_TEST_EMULATED=1); not
 collected otherwise (see conftest.py), since the registry is scanned once per
 process; it imports no PyTorch, since a CUDA runtime loaded before the
@@ -139,6 +139,70 @@ def test_stage2_on_device_arrays_equals_the_cpu(cuda, rng):
     assert rel.keep_positions().tolist() == [0, 1, 2] + list(range(13, 20))
     for a in (dev_types, qd, kd):
         a.free()
+
+
+@pytest.mark.parametrize("objective", ("max-sum", "max-min", "cls-topk"))
+@pytest.mark.parametrize("budget", ("set", "shared", "per-group"))
+def test_select_ex_on_device_arrays_equals_the_cpu(cuda, rng, objective, budget):
+    """todre_select_ex on the CUDA module (groups, the sets' index bases, scores
+    and steps, all on the device) equals the CPU backend's call: the same kept
+    indices in both orders, steps, and scores within fp32 rounding."""
+    import ctypes as C
+    from todre._api import SelectArgs
+    from todre._tensor import Borrowed
+    sizes, sets = [30, 0, 1, 45, 24], [0, 31, 100]      # two sets, one split in groups
+    groups = np.array([0, 30, 30, 31, 76, 100], np.int64)
+    offsets = np.array(sets, np.int64)
+    E = rng.standard_normal((100, 16)).astype(np.float32)
+    cls = (rng.permutation(100) / 100).astype(np.float32)
+    use_cls = cls if objective == "cls-topk" else None
+    cfg = todre.SelectConfig(ratio=0.3, objective=objective, order="both", budget=budget,
+                             group_min=2)
+    want = todre.select_batch(E, offsets=offsets, ratio=0.3, cls=use_cls, objective=objective,
+                              order="both", budget=budget, group_min=2, groups=groups,
+                              with_scores=True, backend="cpu")
+    (want_out, want_off), want_scores, want_steps = want
+    K = want_out.shape[1]
+    dev = {"emb": DeviceArray.from_host(cuda, E),
+           "out": DeviceArray(cuda, (2, K), np.int64),
+           "scores": DeviceArray(cuda, (100,), np.float32),
+           "steps": DeviceArray(cuda, (100,), np.int64)}
+    if use_cls is not None:
+        dev["cls"] = DeviceArray.from_host(cuda, cls)
+    out_off = np.zeros(3, np.int64)
+    held = []
+
+    def ptr(obj, what, writable=False):
+        b = Borrowed(obj, what, writable=writable)
+        held.append(b)
+        return C.pointer(b.tensor)
+
+    args = SelectArgs()
+    args.struct_size = C.sizeof(SelectArgs)
+    args.embeddings = ptr(dev["emb"], "embeddings")
+    if use_cls is not None:
+        args.cls = ptr(dev["cls"], "cls")
+    args.offsets = ptr(offsets, "offsets")
+    args.groups = ptr(groups, "groups")
+    args.out = ptr(dev["out"], "out", True)
+    args.out_offsets = ptr(out_off, "out_offsets", True)
+    args.scores = ptr(dev["scores"], "scores", True)
+    args.steps = ptr(dev["steps"], "steps", True)
+    assert lib.todre_select_ex(cuda.handle, cfg.handle, C.byref(args)) == 0, \
+        lib.todre_context_last_error(cuda.handle)
+    assert lib.todre_context_synchronize(cuda.handle) == 0
+    for b in held:
+        b.close()
+    got = {name: np.empty(a.shape, a.dtype) for name, a in dev.items() if name != "emb"}
+    for name in ("out", "scores", "steps"):
+        cuda.copy(got[name], dev[name])
+    assert out_off.tolist() == want_off.tolist()
+    assert got["out"].tolist() == want_out.tolist()
+    assert got["steps"].tolist() == want_steps.tolist()
+    np.testing.assert_allclose(got["scores"], want_scores, rtol=1e-5, atol=1e-5)
+    for a in dev.values():
+        a.free()
+    cfg.close()
 
 
 def test_device_offsets_are_copied_to_the_host_through_the_context(cuda):

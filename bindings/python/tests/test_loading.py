@@ -135,16 +135,16 @@ def test_copy_next_to_the_package_is_found(tmp_path):
     assert out.stdout.strip() == str(pkg / "libtodre.so.1")
 
 
-@pytest.mark.parametrize("number,ok", [(10000, True), (10001, True), (10100, True),
-                                       (19999, True), (20000, False), (100, False),
-                                       (9999, False), (0, False)])
+@pytest.mark.parametrize("number,ok", [(10100, True), (10101, True), (10200, True),
+                                       (19999, True), (10000, False), (10099, False),
+                                       (20000, False), (100, False), (9999, False), (0, False)])
 def test_version_check_rule(number, ok):
-    """Same major and at least the required minor (1.0): 1.0.x and 1.99 pass,
-    2.0 and 0.x do not."""
+    """Same major and at least the required minor (1.1, whose prune-plan calls
+    the package uses): 1.1.x and 1.99 pass, 1.0, 2.0 and 0.x do not."""
     if ok:
         _lib.check_version(number)
     else:
-        with pytest.raises(ImportError, match="needs 1.x with x >= 0"):
+        with pytest.raises(ImportError, match="needs 1.x with x >= 1"):
             _lib.check_version(number)
 
 
@@ -168,7 +168,7 @@ def test_a_library_lacking_a_function_is_refused_at_import(tmp_path):
     if cc is None:
         pytest.skip("no C compiler to build a fake library")
     src = tmp_path / "fake.c"
-    src.write_text("unsigned todre_version_number(void) { return 10000; }\n")
+    src.write_text("unsigned todre_version_number(void) { return 10100; }\n")
     so = tmp_path / "libtodre.so.1"
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
     out = _import_in_subprocess(str(so))

@@ -1,8 +1,12 @@
 """todre: ToDRE visual token pruning (libtodre) for Python.
 
 Stage 1 keeps k of n visual tokens by greedy diversity selection
-(:func:`select`, :func:`select_batch`); stage 2 decides inside the LLM when to
-drop every visual token (:class:`Relevance`). Inputs are read in place through
+(:func:`select`, :func:`select_batch`, with groups and budget policies);
+stage 2 decides inside the LLM when to drop every visual token
+(:class:`Relevance`). Around them, the prune plan: keep counts from sizes
+(:func:`group_counts`), position ids after pruning (:func:`positions`) and
+the signatures a cache keys on (:func:`select_signature`,
+:meth:`Relevance.signature`). Inputs are read in place through
 DLPack (NumPy, PyTorch CPU/CUDA, CuPy, JAX); outputs are index arrays of the
 caller's kind on the caller's device. Foreign calls release the GIL.
 
@@ -12,8 +16,8 @@ The Hugging Face transformers integration is :mod:`todre.hf`.
 import os as _os
 
 from ._lib import lib as _cdll, path as library_path
-from ._api import (DataTypeCode, Decision, DeviceType, Objective, Order, Param, ParamType,
-                   Pivot, Reset, Schedule, Status, TokenType)
+from ._api import (Budget, DataTypeCode, Decision, DeviceType, Objective, Order, Param,
+                   ParamType, Pivot, PositionsPolicy, Reset, Schedule, Status, TokenType)
 from ._enums import Backend, ContextParam, RelevanceParam, SelectParam
 from ._errors import TodreError
 from ._params import ParamInfo, param_info
@@ -22,13 +26,15 @@ from ._registry import (BackendInfo, DeviceInfo, available_backends, backend_ava
 from ._context import Context
 from ._select import SelectConfig, select, select_batch
 from ._relevance import Relevance
+from ._plan import group_counts, positions, select_signature
 
-__all__ = ["select", "select_batch", "Context", "SelectConfig", "Relevance", "TodreError",
+__all__ = ["select", "select_batch", "group_counts", "positions", "select_signature",
+           "Context", "SelectConfig", "Relevance", "TodreError",
            "version", "version_info", "backends", "available_backends", "backend_available",
            "devices", "param_info", "library_path", "BackendInfo", "DeviceInfo", "ParamInfo",
-           "Backend", "ContextParam", "DataTypeCode", "Decision", "DeviceType", "Objective",
-           "Order", "Param", "ParamType", "Pivot", "RelevanceParam", "Reset", "Schedule",
-           "SelectParam", "Status", "TokenType"]
+           "Backend", "Budget", "ContextParam", "DataTypeCode", "Decision", "DeviceType",
+           "Objective", "Order", "Param", "ParamType", "Pivot", "PositionsPolicy",
+           "RelevanceParam", "Reset", "Schedule", "SelectParam", "Status", "TokenType"]
 
 
 def version():

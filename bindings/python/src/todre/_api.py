@@ -20,7 +20,7 @@ import enum
 # when it has the same major and at least this minor (todre_version_number()).
 # ---------------------------------------------------------------------------
 ABI_MAJOR = 1
-ABI_MINOR = 0
+ABI_MINOR = 1
 SONAME = "libtodre.so.%d" % ABI_MAJOR
 
 # Macros of todre.h (checked by the header test as well).
@@ -90,6 +90,20 @@ class Decision(enum.IntEnum):
     PENDING = 4  # a chunk of a chunked prefill; decided by the chunk that ends at the last position
 
 
+class Budget(enum.IntEnum):
+    """todre_budget (since 1.1)."""
+    SET = 0
+    SHARED = 1
+    PER_GROUP = 2
+
+
+class PositionsPolicy(enum.IntEnum):
+    """todre_positions_policy (since 1.1)."""
+    KEEP = 0
+    COMPACT = 1
+    KEEP_MAX = 2
+
+
 class Param(enum.IntEnum):
     """todre_param: every parameter of every handle (context 100-199,
     selection 200-299, relevance 300-399, experimental >= 1000)."""
@@ -103,6 +117,8 @@ class Param(enum.IntEnum):
     SELECT_RATIO = 205
     SELECT_SEED = 206
     SELECT_ORDER = 207
+    SELECT_BUDGET = 208
+    SELECT_GROUP_MIN = 209
     RELEVANCE_TAU = 300
     RELEVANCE_SCHEDULE = 301
     RELEVANCE_NUM_LAYERS = 302
@@ -167,6 +183,8 @@ C_ENUMS = {
     "todre_token_type": (TokenType, "TODRE_TOKEN_"),
     "todre_probe_schedule": (Schedule, "TODRE_PROBE_"),
     "todre_decision": (Decision, "TODRE_DECISION_"),
+    "todre_budget": (Budget, "TODRE_BUDGET_"),
+    "todre_positions_policy": (PositionsPolicy, "TODRE_POSITIONS_"),
     "todre_param": (Param, "TODRE_"),
     "todre_param_type": (ParamType, "TODRE_PARAM_"),
     "todre_reset": (Reset, "TODRE_RESET_"),
@@ -221,6 +239,14 @@ class DeviceProps(ctypes.Structure):
                 ("cores", ctypes.c_int32)]
 
 
+class SelectArgs(ctypes.Structure):
+    """todre_select_args (since 1.1)."""
+    _fields_ = [("struct_size", ctypes.c_size_t)] + [
+        (name, ctypes.POINTER(DLTensor)) for name in (
+            "embeddings", "cls", "offsets", "keep", "groups", "out", "out_offsets", "scores",
+            "steps")]
+
+
 # C struct (typedef name) -> ctypes class.
 C_STRUCTS = {
     "DLDevice": DLDevice,
@@ -229,6 +255,7 @@ C_STRUCTS = {
     "todre_param_bounds": ParamBounds,
     "todre_backend_props": BackendProps,
     "todre_device_props": DeviceProps,
+    "todre_select_args": SelectArgs,
 }
 
 # Opaque handle types (passed as void *).
@@ -288,6 +315,11 @@ PROTOTYPES = {
     "todre_select_keep_count": (_E, [_vp, _i64, _P(_i64)]),
     "todre_select": (_E, [_vp, _vp, _T, _T, _T]),
     "todre_select_batch": (_E, [_vp, _vp, _T, _T, _T, _T, _T, _T]),
+    # prune plans (1.1)
+    "todre_select_group_counts": (_E, [_vp, _T, _T, _P(_i64)]),
+    "todre_select_ex": (_E, [_vp, _vp, _P(SelectArgs)]),
+    "todre_positions": (_E, [_E, _T, _T, _T, _P(_i64), _P(_i64)]),
+    "todre_select_config_signature": (_E, [_vp, _str, ctypes.c_size_t, _P(ctypes.c_size_t)]),
     # stage 2
     "todre_relevance_create": (_E, [_i64, _i64, _P(_vp)]),
     "todre_relevance_destroy": (None, [_vp]),
@@ -306,4 +338,5 @@ PROTOTYPES = {
     "todre_relevance_ratios": (_E, [_vp, _i64, _i64, _P(_dbl), _P(_dbl)]),
     "todre_relevance_drop_layer": (_E, [_vp, _i64, _P(_i64)]),
     "todre_relevance_keep_positions": (_E, [_vp, _i64, _T, _P(_i64)]),
+    "todre_relevance_signature": (_E, [_vp, _str, ctypes.c_size_t, _P(ctypes.c_size_t)]),
 }

@@ -206,6 +206,14 @@ class Relevance(OwnsHandle):
         return out[:count.value]
 
     @serialized
+    def signature(self):
+        """The canonical text of the settings that decide this handle's drops
+        (todre_relevance_signature): equal exactly when two handles decide
+        alike on every input."""
+        from ._select import _signature
+        return _signature(lib.todre_relevance_signature, self.handle)
+
+    @serialized
     def close(self):
         if self._handle:
             lib.todre_relevance_destroy(self._handle)

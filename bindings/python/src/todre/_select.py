@@ -5,7 +5,7 @@ import contextlib
 
 import numpy as np
 
-from ._api import Objective, Order, Pivot, Reset, Status
+from ._api import Budget, Objective, Order, Pivot, Reset, Status
 from ._context import context_for
 from ._enums import SelectParam, parse
 from ._errors import TodreError, check, invalid
@@ -13,6 +13,7 @@ from ._handle import OwnsHandle, serialized
 from ._ints import c_double, c_int, int64_array
 from ._lib import lib
 from ._params import _Kind
+from ._api import SelectArgs
 from ._tensor import Borrowed, as_array, empty_int64, finish, is_host, kind_of, ref
 
 _PARAMS = _Kind("select_config", SelectParam)
@@ -26,10 +27,12 @@ class SelectConfig(OwnsHandle):
     """
 
     def __init__(self, keep=None, ratio=None, objective="max-sum", pivot="auto",
-                 pivot_range=None, seed=0, order="position"):
+                 pivot_range=None, seed=0, order="position", budget="set", group_min=1):
         self._handle = ctypes.c_void_p()
         check(lib.todre_select_config_create(ctypes.byref(self._handle)))
         self.order = parse(Order, order, "order")
+        self.set(SelectParam.BUDGET, parse(Budget, budget, "budget"))
+        self.set(SelectParam.GROUP_MIN, _integer(group_min, "group_min"))
         self.set(SelectParam.OBJECTIVE, parse(Objective, objective, "objective"))
         self.set(SelectParam.PIVOT, parse(Pivot, pivot, "pivot"))
         self.set(SelectParam.ORDER, self.order)
@@ -81,10 +84,40 @@ class SelectConfig(OwnsHandle):
         return out.value
 
     @serialized
+    @serialized
+    def group_counts(self, groups):
+        """(counts per group, total) for a set split into groups at the row
+        offsets `groups` ([G + 1] ints), from the sizes alone
+        (todre_select_group_counts). Under the 'set' budget every count is
+        -1 (the selection decides)."""
+        offs = int64_array(groups, "groups")
+        if offs.ndim != 1 or offs.size < 2:
+            raise invalid(f"groups: expected [G + 1] offsets with G >= 1, got shape {offs.shape}")
+        counts = np.zeros(offs.size - 1, dtype=np.int64)
+        total = ctypes.c_int64()
+        with Borrowed(offs, "groups") as g, Borrowed(counts, "counts", writable=True) as c:
+            check(lib.todre_select_group_counts(self.handle, g.ref, c.ref, ctypes.byref(total)))
+        return counts, total.value
+
+    @serialized
+    def signature(self):
+        """The canonical text of what in this configuration decides the
+        selected tokens (todre_select_config_signature): what a prefix or
+        encoder cache adds to its key."""
+        return _signature(lib.todre_select_config_signature, self.handle)
+
     def close(self):
         if self._handle:
             lib.todre_select_config_destroy(self._handle)
             self._handle = ctypes.c_void_p()
+
+
+def _signature(fn, handle):
+    n = ctypes.c_size_t()
+    check(fn(handle, None, 0, ctypes.byref(n)))
+    buf = ctypes.create_string_buffer(n.value + 1)
+    check(fn(handle, buf, n.value + 1, ctypes.byref(n)))
+    return buf.value.decode()
 
 
 def _integer(value, what):
@@ -105,11 +138,89 @@ def _rows(borrowed, what):
     return borrowed.shape[0]
 
 
+def _group_totals(cfg, offs, keep_arr, groups):
+    """Per-set output counts under cfg with groups (absolute row offsets, or
+    None: each set one group); None where the input is invalid (the C call
+    then says why, before anything is sized from it)."""
+    offs = [int(v) for v in offs]
+    grp = offs if groups is None else [int(v) for v in groups]
+    if grp[0] != 0 or grp[-1] != offs[-1] or any(b < a for a, b in zip(grp, grp[1:])) \
+            or any(b <= a for a, b in zip(offs, offs[1:])):
+        return None
+    totals = []
+    for s in range(len(offs) - 1):
+        lo, hi = offs[s], offs[s + 1]
+        inner = [lo] + [g for g in grp if lo < g < hi] + [hi]
+        rel = [g - lo for g in inner]
+        if keep_arr is not None:
+            k = int(keep_arr.reshape(-1)[s])
+            if cfg.get(SelectParam.BUDGET) == Budget.PER_GROUP:
+                totals.append(sum(min(k, b - a) for a, b in zip(rel, rel[1:]) if b > a))
+            else:
+                totals.append(k)
+            continue
+        try:
+            totals.append(cfg.group_counts(rel)[1])
+        except TodreError:
+            return None
+    return totals
+
+
+def _select_ex(ctx, emb, cfg, cls, offs, keep_arr, groups, with_scores):
+    """todre_select_ex: (indices, out_offsets, scores or None, steps or None)."""
+    N = int(emb.shape[0]) if len(emb.shape) else 0
+    offs_list = np.array([0, N], dtype=np.int64) if offs is None else offs
+    grp = None if groups is None else int64_array(groups, "groups")
+    totals = _group_totals(cfg, offs_list, keep_arr, grp) if N else None
+    total = 0 if totals is None else sum(totals)
+    nsets = offs_list.size - 1
+    out_offs = np.zeros(nsets + 1, dtype=np.int64)
+    args = SelectArgs()
+    args.struct_size = ctypes.sizeof(SelectArgs)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(ctx._lock)      # the stream and the call, one thread at a time
+        stream = ctx.follow(emb)
+
+        def arg(obj, what, dev_stream=None, writable=False):
+            b = stack.enter_context(Borrowed(obj, what, dev_stream, writable=writable))
+            return ctypes.pointer(b.tensor)
+
+        args.embeddings = arg(emb, "embeddings", stream)
+        if cls is not None:
+            args.cls = arg(cls, "cls", stream)
+        if offs is not None:
+            args.offsets = arg(offs, "offsets")
+        if keep_arr is not None:
+            args.keep = arg(keep_arr, "keep")
+        if grp is not None:
+            args.groups = arg(grp, "groups")
+        out = empty_int64(emb, (2, total) if cfg.order == Order.BOTH else (total,))
+        args.out = arg(out, "out", stream, True)
+        args.out_offsets = arg(out_offs, "out_offsets", None, True)
+        scores = steps = None
+        if with_scores:
+            scores = empty_int64(emb, (N,), "float32")
+            steps = empty_int64(emb, (N,))
+            args.scores = arg(scores, "scores", stream, True)
+            args.steps = arg(steps, "steps", stream, True)
+        check(lib.todre_select_ex(ctx.handle, cfg.handle, ctypes.byref(args)), ctx.handle)
+    return finish(emb, out), out_offs, scores, steps
+
+
 def select_on(ctx, embeddings, keep=None, ratio=None, cls=None, objective="max-sum",
-              pivot="auto", pivot_range=None, seed=0, order="position"):
+              pivot="auto", pivot_range=None, seed=0, order="position", groups=None,
+              budget="set", group_min=1, with_scores=False):
     emb = _prepare(embeddings, "embeddings")
     cls = None if cls is None else _prepare(cls, "cls")
-    cfg = SelectConfig(keep, ratio, objective, pivot, pivot_range, seed, order)
+    cfg = SelectConfig(keep, ratio, objective, pivot, pivot_range, seed, order, budget,
+                       group_min)
+    if groups is not None or with_scores:
+        try:
+            out, _, scores, steps = _select_ex(ctx, emb, cfg, cls, None, None, groups,
+                                               with_scores)
+        finally:
+            cfg.close()
+        return (out, scores, steps) if with_scores else out
     with contextlib.ExitStack() as stack:
         stack.enter_context(ctx._lock)      # the stream and the call, one thread at a time
         stream = ctx.follow(emb)
@@ -124,7 +235,8 @@ def select_on(ctx, embeddings, keep=None, ratio=None, cls=None, objective="max-s
 
 
 def select(embeddings, keep=None, ratio=None, cls=None, objective="max-sum", pivot="auto",
-           pivot_range=None, seed=0, order="position", backend="auto"):
+           pivot_range=None, seed=0, order="position", backend="auto", groups=None,
+           budget="set", group_min=1, with_scores=False):
     """Keep k of the n visual tokens by greedy diversity selection (stage 1).
 
     Args:
@@ -143,9 +255,21 @@ def select(embeddings, keep=None, ratio=None, cls=None, objective="max-sum", piv
         order: 'position' (ascending, default), 'selection' (greedy order,
             first = pivot) or 'both' ([2, k]: selection row, position row).
         backend: 'auto' (the data's device), 'cpu' or 'cuda'.
+        groups: None, or row offsets [G + 1] splitting the set into groups
+            (the images of a prompt, AnyRes thumbnail and crops, the frames
+            of a video; empty groups allowed).
+        budget: how the budget falls on the groups: 'set' (one selection
+            over the set, the default), 'shared' (the set's budget shared
+            by size, at least group_min per group, each group selected on
+            its own) or 'per-group' (each group its own ratio or keep).
+        group_min: the 'shared' budget's minimum per group (>= 1).
+        with_scores: also return, per token, its objective value at the end
+            of its set's (or group's) selection and the step it was taken
+            at (-1: not kept).
 
     Returns:
-        int64 indices of the caller's kind on the caller's device.
+        int64 indices of the caller's kind on the caller's device; with
+        with_scores, (indices, scores float32 [n], steps int64 [n]).
 
     Raises:
         TodreError: with the status and the library's message on bad input.
@@ -153,7 +277,8 @@ def select(embeddings, keep=None, ratio=None, cls=None, objective="max-sum", piv
     emb = _prepare(embeddings, "embeddings")
     return select_on(context_for(emb, backend), emb, keep=keep, ratio=ratio, cls=cls,
                      objective=objective, pivot=pivot, pivot_range=pivot_range, seed=seed,
-                     order=order)
+                     order=order, groups=groups, budget=budget, group_min=group_min,
+                     with_scores=with_scores)
 
 
 def _concat(parts, what):
@@ -193,8 +318,22 @@ def _is_list_of_arrays(x):
 
 def select_batch_on(ctx, embeddings, offsets=None, keep=None, ratio=None, cls=None,
                     objective="max-sum", pivot="auto", pivot_range=None, seed=0,
-                    order="position"):
+                    order="position", groups=None, budget="set", group_min=1,
+                    with_scores=False):
     listed = _is_list_of_arrays(embeddings)
+    if listed and groups is not None:
+        # per-set group offsets (local) -> absolute row offsets
+        if len(groups) != len(embeddings):
+            raise invalid(f"groups: {len(groups)} group lists for {len(embeddings)} sets")
+        absolute, start = [0], 0
+        for b, (part, g) in enumerate(zip(embeddings, groups)):
+            g = [int(v) for v in int64_array(g, f"groups[{b}]").reshape(-1)]
+            if not g or g[0] != 0 or g[-1] != int(part.shape[0]):
+                raise invalid(f"groups[{b}]: offsets must run from 0 to the set's "
+                              f"{int(part.shape[0])} rows")
+            absolute += [start + v for v in g[1:]]
+            start += int(part.shape[0])
+        groups = absolute
     if listed:
         if offsets is not None:
             raise invalid("offsets: not allowed with a list of token sets")
@@ -215,11 +354,29 @@ def select_batch_on(ctx, embeddings, offsets=None, keep=None, ratio=None, cls=No
         if ratio is not None:
             raise invalid("keep and ratio: give one budget, not both")
         keep_arr = _host_int64(keep, "keep", ctx)
-        cfg = SelectConfig(None, None, objective, pivot, pivot_range, seed, order)
+        cfg = SelectConfig(None, None, objective, pivot, pivot_range, seed, order, budget,
+                           group_min)
     else:
-        cfg = SelectConfig(keep, ratio, objective, pivot, pivot_range, seed, order)
-    total = _batch_total(cfg, offs, keep_arr)
+        cfg = SelectConfig(keep, ratio, objective, pivot, pivot_range, seed, order, budget,
+                           group_min)
     cls = None if cls is None else _prepare(cls, "cls")
+    if groups is not None or with_scores:
+        try:
+            out, out_offs, scores, steps = _select_ex(ctx, emb, cfg, cls, offs, keep_arr,
+                                                      groups, with_scores)
+        finally:
+            cfg.close()
+        parts = [out[..., out_offs[b]:out_offs[b + 1]] for b in range(nsets)] if listed \
+            else out
+        result = parts if listed else (out, out_offs)
+        if not with_scores:
+            return result
+        if listed:
+            starts = np.cumsum([0] + [int(p.shape[0]) for p in embeddings])
+            scores = [scores[starts[b]:starts[b + 1]] for b in range(nsets)]
+            steps = [steps[starts[b]:starts[b + 1]] for b in range(nsets)]
+        return result, scores, steps
+    total = _batch_total(cfg, offs, keep_arr)
     out_offs = np.zeros(nsets + 1, dtype=np.int64)
     with contextlib.ExitStack() as stack:
         stack.enter_context(ctx._lock)      # the stream and the call, one thread at a time
@@ -264,7 +421,8 @@ def _batch_total(cfg, offs, keep_arr):
 
 def select_batch(embeddings, offsets=None, keep=None, ratio=None, cls=None,
                  objective="max-sum", pivot="auto", pivot_range=None, seed=0,
-                 order="position", backend="auto"):
+                 order="position", backend="auto", groups=None, budget="set", group_min=1,
+                 with_scores=False):
     """Stage 1 over a ragged batch of token sets, each exactly as select() would.
 
     Two input forms:
@@ -276,10 +434,15 @@ def select_batch(embeddings, offsets=None, keep=None, ratio=None, cls=None,
         (indices [K] or [2, K], out_offsets NumPy int64 [B + 1]), zero-copy.
 
     keep is None (ratio budget per set), an int for every set, or one int per
-    set. Indices are local to each set. Other arguments as select().
+    set. Indices are local to each set. groups: with the list form, one list
+    of group offsets per set (local rows); with the concatenated form, row
+    offsets over all N rows, every set boundary a group boundary. With
+    with_scores the result is followed by scores and steps ([N], or per set
+    for the list form). Other arguments as select().
     """
     first = embeddings[0] if _is_list_of_arrays(embeddings) else embeddings
     ctx = context_for(_prepare(first, "embeddings"), backend)
     return select_batch_on(ctx, embeddings, offsets=offsets, keep=keep, ratio=ratio, cls=cls,
                            objective=objective, pivot=pivot, pivot_range=pivot_range,
-                           seed=seed, order=order)
+                           seed=seed, order=order, groups=groups, budget=budget,
+                           group_min=group_min, with_scores=with_scores)

@@ -271,19 +271,20 @@ def obj_dlpack(obj, kwargs, versioned):
     return obj.__dlpack__(**kwargs)
 
 
-def empty_int64(like, shape):
-    """An int64 array of `shape` of the caller's kind, on the caller's device."""
+def empty_int64(like, shape, dtype="int64"):
+    """An int64 (or `dtype`: 'float32') array of `shape` of the caller's kind,
+    on the caller's device."""
     kind = kind_of(like)
     dev, index = dl_device_of(like)
     if kind == "torch":
         import torch
-        return torch.empty(shape, dtype=torch.int64, device=like.device)
+        return torch.empty(shape, dtype=getattr(torch, dtype), device=like.device)
     if kind == "cupy":
         import cupy
         with cupy.cuda.Device(index):
-            return cupy.empty(shape, dtype=cupy.int64)
+            return cupy.empty(shape, dtype=dtype)
     if dev == DeviceType.CPU:
-        return np.empty(shape, dtype=np.int64)
+        return np.empty(shape, dtype=dtype)
     # A device array of another library (e.g. JAX on CUDA): allocate with torch
     # or CuPy and hand the result over through DLPack afterwards (finish()).
     why = []
@@ -292,10 +293,11 @@ def empty_int64(like, shape):
             try:
                 if name == "torch":
                     import torch
-                    return torch.empty(shape, dtype=torch.int64, device=f"cuda:{index}")
+                    return torch.empty(shape, dtype=getattr(torch, dtype),
+                                       device=f"cuda:{index}")
                 import cupy
                 with cupy.cuda.Device(index):
-                    return cupy.empty(shape, dtype=cupy.int64)
+                    return cupy.empty(shape, dtype=dtype)
             except ImportError:
                 why.append(f"{name} is not installed")
             except Exception as exc:  # e.g. a torch without CUDA

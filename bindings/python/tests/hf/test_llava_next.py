@@ -280,3 +280,29 @@ def test_bfloat16_model():
     inputs, _ = llava_inputs(model, sizes=SIZES)
     inputs["pixel_values"] = inputs["pixel_values"].to(torch.bfloat16)
     check_cache_after_drop(model, inputs, probe=3)
+
+
+@pytest.mark.parametrize("budget", ("shared", "per-group"))
+def test_grouped_budget_over_thumbnail_and_crop_grid(model, batch, budget):
+    """budget 'shared' / 'per-group': an image's thumbnail and its crop grid are
+    two groups; each keeps the count todre.group_counts gives from the sizes,
+    and each is selected as its own rows alone."""
+    inputs, counts = batch
+    todre.hf.enable(model, ratio=0.25, stage2=False, budget=budget, group_min=3)
+    try:
+        generate(model, inputs)
+        st = todre.hf.stats(model)
+        with torch.no_grad():
+            from todre.hf._llava_next import image_features
+            feats, cls, thumb = image_features(model, inputs["pixel_values"],
+                                               inputs["image_sizes"], -2, "default")
+    finally:
+        todre.hf.disable(model)
+    for f, a, n, kept in zip(feats, cls, counts, st["kept_indices"]):
+        group_k, total = todre.group_counts([0, thumb, n], ratio=0.25, budget=budget,
+                                            group_min=3)
+        assert len(kept) == total
+        want = []
+        for (lo, hi), k in zip(((0, thumb), (thumb, n)), group_k):
+            want += (todre.select(f[lo:hi], keep=int(k), cls=a[lo:hi]) + lo).tolist()
+        assert kept.tolist() == want

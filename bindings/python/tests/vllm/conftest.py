@@ -19,13 +19,15 @@ ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
 SETTINGS = {"plain": None,                         # plugin loaded, pruning off
             "ratio1": {"ratio": 1.0},
             "ratio04": {"ratio": 0.4},
-            "keep7": {"keep": 7, "pivot": "random", "seed": 3}}
+            "keep7": {"keep": 7, "pivot": "random", "seed": 3},
+            "shared04": {"ratio": 0.4, "budget": "shared", "group_min": 10}}
 # One LLM per (model, deployment). keep7 (the `keep` budget and a seeded
 # random pivot: settings that are model-independent) runs on Qwen2.5-VL only,
 # where its kept positions are also checked; LLaVA-NeXT's own paths (global
-# budget over thumbnail and crops, [CLS] pivot) are covered by ratio04.
+# budget over thumbnail and crops, [CLS] pivot) are covered by ratio04, and
+# a budget shared between thumbnail and crops by shared04.
 RUNS = [("qwen2_5_vl", n) for n in ("plain", "ratio1", "ratio04", "keep7")] + \
-       [("llava_next", n) for n in ("plain", "ratio1", "ratio04")]
+       [("llava_next", n) for n in ("plain", "ratio1", "ratio04", "shared04")]
 # bad settings: (id, model, hf_overrides["todre"], environment, text the error names)
 BAD = [("ratio_out_of_range", "qwen2_5_vl", {"ratio": 1.5}, None, "1.5 is outside (0, 1]"),
        ("bad_pivot", "llava_next", {"ratio": 0.5, "pivot": "middle"}, None, "pivot"),

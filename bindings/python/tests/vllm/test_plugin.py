@@ -107,6 +107,50 @@ def test_qwen_kept_tokens_keep_unpruned_positions(results, name):
     assert steps == decode_steps(runs["plain"])
 
 
+def shared_counts(sizes, ratio, group_min):
+    """Per-group counts of the 'shared' budget, from docs/semantics.md (Prune
+    plans): k of the whole image, at least min(group_min, size) per group
+    (kept even above k), the rest by size, largest remainders first (ties:
+    the earlier group)."""
+    n = sum(sizes)
+    K = keep_count(n, {"ratio": ratio})
+    floor = [min(group_min, s) for s in sizes]
+    if sum(floor) >= K:
+        return floor
+    R, C = K - sum(floor), n - sum(floor)
+    room = [s - f for s, f in zip(sizes, floor)]
+    share = [R * c // C for c in room]
+    order = sorted(range(len(sizes)), key=lambda j: (-(R * room[j] % C), j))
+    for j in order[:R - sum(share)]:
+        share[j] += 1
+    return [f + s for f, s in zip(floor, share)]
+
+
+def test_llava_shared_budget_splits_thumbnail_and_crops(results):
+    runs = results["llava_next"]
+    settings = SETTINGS["shared04"]
+    thumb = (32 // 8) ** 2
+    ns = image_counts(runs["plain"], "llava_next")
+    plan = [shared_counts([thumb, n - thumb], settings["ratio"], settings["group_min"])
+            for n in ns]
+    # the minimum lifts the thumbnail's share of some image above its share
+    # by size, and the minimums of another exceed its budget
+    assert any(sum(c) == keep_count(n, settings) and c[0] > keep_count(n, settings) * thumb / n + 1
+               for c, n in zip(plan, ns)), (ns, plan)
+    assert any(sum(c) > keep_count(n, settings) for c, n in zip(plan, ns)), (ns, plan)
+    run = runs["shared04"]
+    assert image_counts(run, "llava_next") == [sum(c) for c in plan]
+    sel = selects(run)
+    assert len(sel) == 1 and sorted(sel[0]["n"]) == sorted(ns)
+    for n, kept in zip(sel[0]["n"], sel[0]["kept"]):
+        c = plan[ns.index(n)]
+        assert kept == sorted(set(kept)) and 0 <= kept[0] and kept[-1] < n
+        assert sum(1 for i in kept if i < thumb) == c[0]
+        assert sum(1 for i in kept if i >= thumb) == c[1]
+    fed = next(t["mm_tokens"] for t in run["trace"] if t["event"] == "embed" and t["mm_tokens"])
+    assert fed == sum(sum(c) for c in plan)
+
+
 def test_llava_pivot_is_thumbnail_cls_argmax(results):
     for name in ("ratio04",):
         sel = selects(results["llava_next"][name])

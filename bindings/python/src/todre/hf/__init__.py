@@ -27,6 +27,7 @@ if int(transformers.__version__.split(".")[0]) < 5:
                       f"{transformers.__version__}")
 
 from . import _generate, _llava_next, _qwen2_5_vl
+from .._runtime import Stage1Settings
 from ._call import Owner
 from ._stage2 import Stage2
 
@@ -36,26 +37,6 @@ _ADAPTERS = {
     "LlavaNextForConditionalGeneration": _llava_next,
     "Qwen2_5_VLForConditionalGeneration": _qwen2_5_vl,
 }
-
-
-class _Settings:
-    """What enable() was given (read-only during calls)."""
-
-    def __init__(self, ratio, keep, objective, pivot, seed, fallback_pivot):
-        self.ratio = ratio
-        self.keep = keep
-        self.objective = objective
-        self.pivot = pivot
-        self.seed = seed
-        self.fallback_pivot = fallback_pivot
-
-    @property
-    def stage1_off(self):
-        return self.ratio is None and self.keep is None
-
-    @property
-    def ratio_or_none(self):
-        return None if self.keep is not None else self.ratio
 
 
 class _State(Owner):
@@ -108,13 +89,14 @@ def _visual_token_ids(cfg):
 
 def enable(model, ratio=0.1, tau=0.1, probe_layers=None, stage2=True, keep=None,
            objective="max-sum", pivot="auto", seed=0, schedule="list",
-           fallback_pivot="center"):
+           fallback_pivot="center", budget="set", group_min=1):
     """Enable ToDRE on `model` for generate(). Returns the model.
 
     Args:
         ratio: stage-1 keep ratio in (0, 1] over each image's visual tokens
             (k = round(ratio * n)); None (with keep None) turns stage 1 off.
-        keep: keep exactly this many tokens per image instead of a ratio.
+        keep: keep this many tokens per image instead of a ratio (an image
+            with fewer keeps them all).
         tau: stage-2 threshold: drop when both text<->vision ratios are < tau.
         probe_layers: 0-based LLM layers to probe (default [floor(7L/8)]).
         stage2: False turns the relevance drop off.
@@ -124,6 +106,12 @@ def enable(model, ratio=0.1, tau=0.1, probe_layers=None, stage2=True, keep=None,
             the first probe layer on until one decides).
         fallback_pivot: the pivot used when 'cls' is asked for but the model
             has no [CLS] attention.
+        budget: how an image's budget falls on its groups (LLaVA-NeXT: the
+            thumbnail and the crop grid; a Qwen2.5-VL image is one group):
+            'set' (one selection over the image, the paper's), 'shared'
+            (shared by size, at least group_min each) or 'per-group'; see
+            todre.select.
+        group_min: the 'shared' budget's minimum per group.
 
     Only generate() is affected: a plain forward (training, labels, scoring)
     runs the unmodified model. What generate() supports and refuses (with
@@ -132,8 +120,8 @@ def enable(model, ratio=0.1, tau=0.1, probe_layers=None, stage2=True, keep=None,
     name = _adapter_name(model)
     if is_enabled(model):
         model._todre_state.check_idle("enable")
-    settings = _Settings(ratio, keep, objective, pivot, seed, fallback_pivot)
-    _validate(settings)
+    settings = Stage1Settings(ratio, keep, objective, pivot, seed, fallback_pivot, budget,
+                              group_min)
     if is_enabled(model):
         disable(model)
     drop = None
@@ -146,7 +134,7 @@ def enable(model, ratio=0.1, tau=0.1, probe_layers=None, stage2=True, keep=None,
         except Exception:
             drop.remove()
             raise
-    hooks = [] if settings.stage1_off else _ADAPTERS[name].install(model)
+    hooks = _ADAPTERS[name].install(model) if settings.enabled else []
     state = _State(settings, drop, name, model.__dict__.get("generate"), hooks)
     if drop is not None:
         drop.key = state
@@ -190,17 +178,6 @@ def _check_stage2_model(model, drop):
             todre.Status.UNSUPPORTED,
             f"stage 2: generation_config.cache_implementation={impl!r}: a drop needs the "
             "default dynamic cache; use stage2=False or tau=0")
-
-
-def _validate(settings):
-    """Fail at enable() time, not in the middle of generate()."""
-    from .._select import SelectConfig
-    SelectConfig(settings.keep, settings.ratio_or_none, settings.objective, settings.pivot,
-                 None, settings.seed).close()
-    if settings.pivot in ("cls", "auto") and settings.fallback_pivot in ("cls", "auto"):
-        raise todre.TodreError(todre.Status.INVALID_ARGUMENT,
-                               "fallback_pivot: must name a pivot that needs no CLS map")
-    SelectConfig(None, None, "max-sum", settings.fallback_pivot, None, 0).close()
 
 
 def disable(model):

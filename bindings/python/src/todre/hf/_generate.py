@@ -45,7 +45,7 @@ def generate(model, state, adapter, args, kwargs):
         cached = cache_length(past)
         if past is not None and cached == 0:
             tag(None, past)                    # a cache reused for a new prompt
-        new_images = not state.settings.stage1_off and adapter.has_images(kw)
+        new_images = state.settings.enabled and adapter.has_images(kw)
         if cached > 0:
             pmap = getattr(past, "_todre_prompt", None)
             if pmap is None and not new_images:

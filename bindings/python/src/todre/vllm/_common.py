@@ -3,40 +3,18 @@
 import json
 import os
 
-import torch
-
 import todre
+from .._runtime import image_groups, select_images  # noqa: F401 (image_groups: the adapters')
 
 
-def select_each(features, keeps, cls_maps, pivot_range, settings):
+def select_each(features, cls_maps, head, settings):
     """Kept local indices (ascending int64, on the features' device) of every
-    image: one todre.select_batch call, each image exactly as a single call
-    with its own k (the placeholder count the processor already used).
-
-    The features are read in place through DLPack: on the CUDA backend when the
-    model is on a GPU and libtodre has its CUDA module, else on the CPU backend
-    (a host copy only for a GPU model without the CUDA module). The same logic
-    as todre.hf's stage 1 (bindings/python/src/todre/hf/_select.py).
-    """
-    feats = [f.detach() for f in features]
-    device = feats[0].device
-    cls = None if cls_maps is None else [c.detach().float() for c in cls_maps]
-    if feats[0].is_cuda and "cuda" not in todre.available_backends():
-        feats = [f.cpu() for f in feats]
-        cls = None if cls is None else [c.cpu() for c in cls]
-    feats = [f.contiguous() for f in feats]
-    lo, hi = pivot_range
-    if hi is not None and any(f.shape[0] < hi for f in feats):
-        hi = None   # a set smaller than the range: choose from all its rows
-    pivot = settings.pivot
-    if cls is None and pivot == "cls":
-        pivot = settings.fallback_pivot
-    objective = settings.objective
-    kept = todre.select_batch(feats, keep=[int(k) for k in keeps], cls=cls,
-                              objective=objective, pivot=pivot,
-                              pivot_range=None if hi is None else (lo, hi),
-                              seed=settings.seed)
-    return [k.to(device) for k in kept]
+    image, and each image's count: the path todre.hf shares
+    (todre/_runtime.py), one todre.select_batch call with the counts the
+    processor reserved placeholders for. `head`: the thumbnail rows at the
+    head of each image (LLaVA-NeXT), or None."""
+    kept = select_images(features, cls_maps, head, settings)
+    return kept, [int(k.numel()) for k in kept]
 
 
 class Trace:

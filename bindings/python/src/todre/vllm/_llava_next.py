@@ -3,7 +3,8 @@
 As todre.hf does for transformers (docs/hf.md, LLaVA-NeXT): per image the
 candidates are the packed features exactly as the model feeds them (the
 thumbnail first, then the unpadded crop grid with one image-newline token per
-row), the budget k = keep_count(n) is global over all of them, and the pivot
+row), the budget k (the library's count, todre.group_counts) is global over
+all of them unless the deployment's budget groups thumbnail and crops, and the pivot
 is the argmax of the thumbnail's [CLS] attention (pivot range = the
 thumbnail's tokens), taken from the vision layer that produces the selected
 features (averaged over heads, computed from that layer's own Q and K by a
@@ -26,7 +27,13 @@ from vllm.model_executor.models.llava_next import (LlavaNextForConditionalGenera
 from vllm.multimodal import MULTIMODAL_REGISTRY
 
 from . import _settings
-from ._common import Trace, check_deployment, host_list, select_each
+from ._common import Trace, check_deployment, host_list, image_groups, select_each
+
+
+def _thumbnail(cfg):
+    """Tokens of the thumbnail (base image) at the head of the packed features."""
+    per_tile = cfg.vision_config.image_size // cfg.vision_config.patch_size
+    return per_tile * per_tile + (0 if cfg.vision_feature_select_strategy == "default" else 1)
 
 
 class TodreLlavaNextProcessingInfo(LlavaNextProcessingInfo):
@@ -39,7 +46,8 @@ class TodreLlavaNextProcessingInfo(LlavaNextProcessingInfo):
 
     def get_num_image_tokens(self, *, image_width, image_height):
         n = super().get_num_image_tokens(image_width=image_width, image_height=image_height)
-        return self.todre_settings.keep_count(n)
+        return self.todre_settings.counts(image_groups(n, _thumbnail(self.get_hf_config()),
+                                                       self.todre_settings))[1]
 
 
 class _ClsCapture:
@@ -120,10 +128,8 @@ class TodreLlavaNextForConditionalGeneration(LlavaNextForConditionalGeneration):
         finally:
             if capture is not None:
                 capture.close()
-        vc = self.config.vision_config
-        per_tile = vc.image_size // vc.patch_size
         strategy = self.config.vision_feature_select_strategy
-        thumb = per_tile * per_tile + (0 if strategy == "default" else 1)
+        thumb = _thumbnail(self.config)
         cls = None
         if capture is not None and capture.maps is not None:
             cls = self._pack_cls(capture.maps, image_input, strategy, feats)
@@ -154,8 +160,7 @@ class TodreLlavaNextForConditionalGeneration(LlavaNextForConditionalGeneration):
 
     def _todre_select(self, feats, cls, pivot_range):
         ns = [f.shape[0] for f in feats]
-        keeps = [self.todre.keep_count(n) for n in ns]
-        kept = select_each(feats, keeps, cls, pivot_range, self.todre)
+        kept, keeps = select_each(feats, cls, pivot_range[1], self.todre)
         if self._todre_trace:
             self._todre_trace.write("select", n=ns, k=keeps, kept=[host_list(k) for k in kept],
                                     pivot_range=list(pivot_range),

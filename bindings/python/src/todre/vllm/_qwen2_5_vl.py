@@ -1,7 +1,8 @@
 """ToDRE stage 1 for vLLM's Qwen2_5_VLForConditionalGeneration.
 
 Placeholders: the processor replaces each image's <|image_pad|> by k tokens,
-k = keep_count(n) with n the merged visual tokens of its grid, so the
+k the library's count (todre.group_counts) for the n merged visual tokens of
+its grid, so the
 scheduler, the KV cache and the encoder cache all see k from the start.
 
 Encoding: the vision tower and merger run as in vLLM; each image's n merged
@@ -54,7 +55,8 @@ class TodreQwen2_5_VLProcessingInfo(Qwen2_5_VLProcessingInfo):
         return s
 
     def get_num_image_tokens(self, **kwargs):
-        return self.todre_settings.keep_count(super().get_num_image_tokens(**kwargs))
+        n = super().get_num_image_tokens(**kwargs)
+        return self.todre_settings.counts([0, n])[1]
 
 
 class TodreQwen2_5_VLMultiModalProcessor(Qwen2_5_VLMultiModalProcessor):
@@ -69,18 +71,28 @@ class TodreQwen2_5_VLMultiModalProcessor(Qwen2_5_VLMultiModalProcessor):
 
         def image_tokens(item_idx):
             grid = out_mm_kwargs["image"][item_idx]["image_grid_thw"].data
-            return [token] * settings.keep_count(int(grid.prod()) // merge)
+            return [token] * settings.counts([0, int(grid.prod()) // merge])[1]
 
         return [PromptReplacement(modality="image", target=[token], replacement=image_tokens)
                 if u.modality == "image" else u for u in updates]
 
 
-def _tags(kept, grid_w, n_rows, flag, like):
-    """[k, TAG_COLS] tag columns for kept raster indices of a (1, H, W) grid."""
+def _grid_ids(t, h, w):
+    """[t * h * w, 3] (t, h, w) offsets of a grid's merged tokens, raster order."""
+    g = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h), torch.arange(w),
+                                   indexing="ij"))
+    return g.reshape(3, -1).T.contiguous()
+
+
+def _tags(kept, grid, n_rows, flag, like):
+    """[k, TAG_COLS] tag columns: the (h, w) offsets of the kept tokens of a
+    (t, h, w) grid, as todre.positions gives them (policy 'keep': each kept
+    token keeps its id)."""
     if kept is None:
         t = torch.zeros(n_rows, TAG_COLS, dtype=like.dtype, device=like.device)
         return t
-    h, w = kept // grid_w, kept % grid_w
+    ids, _, _ = todre.positions(_grid_ids(*grid), kept.cpu(), "keep")
+    h, w = torch.from_numpy(ids[:, 1]), torch.from_numpy(ids[:, 2])
     cols = torch.stack([torch.full_like(h, flag), h // _BASE, h % _BASE,
                         w // _BASE, w % _BASE], dim=1)
     return cols.to(device=like.device, dtype=like.dtype)
@@ -115,7 +127,7 @@ class TodreQwen2_5_VLForConditionalGeneration(Qwen2_5_VLForConditionalGeneration
                 out += self._todre_images(self._process_image_input(inputs),
                                           inputs["image_grid_thw"])
             elif modality == "video":
-                out += tuple(torch.cat([e, _tags(None, 0, e.shape[0], 0, e)], dim=1)
+                out += tuple(torch.cat([e, _tags(None, None, e.shape[0], 0, e)], dim=1)
                              for e in self._process_video_input(inputs))
         return out
 
@@ -123,11 +135,10 @@ class TodreQwen2_5_VLForConditionalGeneration(Qwen2_5_VLForConditionalGeneration
         merge = self.visual.spatial_merge_size
         grids = [(int(t), int(h) // merge, int(w) // merge) for t, h, w in grid_thw.tolist()]
         ns = [e.shape[0] for e in embeds]
-        keeps = [self.todre.keep_count(n) for n in ns]
-        kept = select_each(embeds, keeps, None, (0, None), self.todre)
+        kept, keeps = select_each(embeds, None, None, self.todre)
         out = []
-        for e, idx, (_, _, gw) in zip(embeds, kept, grids):
-            out.append(torch.cat([e.index_select(0, idx), _tags(idx, gw, idx.numel(), 1, e)],
+        for e, idx, grid in zip(embeds, kept, grids):
+            out.append(torch.cat([e.index_select(0, idx), _tags(idx, grid, idx.numel(), 1, e)],
                                  dim=1))
         if self._todre_trace:
             self._todre_trace.write("select", grids=grids, n=ns, k=keeps,
@@ -147,9 +158,12 @@ class TodreQwen2_5_VLForConditionalGeneration(Qwen2_5_VLForConditionalGeneration
             nxt += text
             if offset in images:
                 # every kept token starts at the image's start; forward() adds
-                # its (h, w) offsets once the selection is known
+                # its (h, w) offsets once the selection is known. The text
+                # after the image continues where it continues after the
+                # unpruned image (todre.positions, policy 'keep': which tokens
+                # are kept does not change it)
                 pieces.append(torch.full((3, lengths[offset]), nxt, dtype=torch.long))
-                nxt += max(t, h, w)
+                nxt += todre.positions(_grid_ids(t, h, w), [0], "keep")[1]
             else:                        # video: unpruned, as vLLM places it
                 grid = torch.stack(torch.meshgrid(torch.arange(t), torch.arange(h),
                                                   torch.arange(w), indexing="ij")).reshape(3, -1)
