@@ -206,7 +206,7 @@ def test_select_ex_on_device_arrays_equals_the_cpu(cuda, rng, objective, budget)
 
 
 def test_device_offsets_are_copied_to_the_host_through_the_context(cuda):
-    from todre._select import _host_int64
+    from todre._selection import _host_int64
     offs = DeviceArray.from_host(cuda, np.array([0, 4, 9], np.int64))
     got = _host_int64(offs, "offsets", cuda)
     assert isinstance(got, np.ndarray) and got.tolist() == [0, 4, 9]

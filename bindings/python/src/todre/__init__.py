@@ -24,7 +24,8 @@ from ._params import ParamInfo, param_info
 from ._registry import (BackendInfo, DeviceInfo, available_backends, backend_available,
                         backends, devices)
 from ._context import Context
-from ._select import SelectConfig, select, select_batch
+from ._select import select, select_batch
+from ._selection import SelectConfig
 from ._relevance import Relevance
 from ._plan import group_counts, positions, select_signature
 

@@ -14,6 +14,7 @@ from ._ints import INT, POINTER, c_int
 from ._lib import lib
 from ._params import _Kind
 from ._registry import backend_for_device_type, backend_name
+from ._selection import select_batch_on, select_on
 from ._tensor import Borrowed, current_stream, dl_device_of, numpy_dtype
 
 _PARAMS = _Kind("context", ContextParam)
@@ -148,12 +149,10 @@ class Context(OwnsHandle):
 
     def select(self, embeddings, **kwargs):
         """todre.select() on this context."""
-        from ._select import select_on
         return select_on(self, embeddings, **kwargs)
 
     def select_batch(self, embeddings, **kwargs):
         """todre.select_batch() on this context."""
-        from ._select import select_batch_on
         return select_batch_on(self, embeddings, **kwargs)
 
     @serialized

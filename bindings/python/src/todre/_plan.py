@@ -10,7 +10,7 @@ from ._enums import parse
 from ._errors import check, invalid
 from ._ints import int64_array
 from ._lib import lib
-from ._select import SelectConfig
+from ._selection import SelectConfig
 from ._tensor import Borrowed, kind_of
 
 __all__ = ["group_counts", "positions", "select_signature"]

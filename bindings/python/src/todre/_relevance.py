@@ -13,7 +13,7 @@ from ._handle import OwnsHandle, serialized
 from ._ints import c_double, int64_array
 from ._lib import lib
 from ._params import _Kind
-from ._select import _integer, _prepare
+from ._selection import _integer, _prepare, _signature
 from ._tensor import Borrowed, is_host
 
 _PARAMS = _Kind("relevance", RelevanceParam)
@@ -210,7 +210,6 @@ class Relevance(OwnsHandle):
         """The canonical text of the settings that decide this handle's drops
         (todre_relevance_signature): equal exactly when two handles decide
         alike on every input."""
-        from ._select import _signature
         return _signature(lib.todre_relevance_signature, self.handle)
 
     @serialized

@@ -11,7 +11,7 @@ leading run is the pivot range instead (the paper's AnyRes rule).
 
 import todre
 
-from ._select import SelectConfig
+from ._selection import SelectConfig
 
 KEYS = ("ratio", "keep", "objective", "pivot", "seed", "fallback_pivot", "budget", "group_min")
 DEFAULTS = {"ratio": None, "keep": None, "objective": "max-sum", "pivot": "auto", "seed": 0,
