@@ -4,6 +4,7 @@ import json
 import os
 
 import todre
+from . import _settings
 from .._runtime import image_groups, select_images  # noqa: F401 (image_groups: the adapters')
 
 
@@ -39,6 +40,27 @@ class Trace:
 
 def host_list(t):
     return t.detach().cpu().tolist()
+
+
+class SettingsInfo:
+    """Mixin of the plugin's ProcessingInfo classes: the deployment's
+    settings, read once from the model's config (hf_overrides) and the
+    environment."""
+
+    @property
+    def todre_settings(self):
+        s = getattr(self, "_todre_settings", None)
+        if s is None:
+            s = self._todre_settings = _settings.from_hf_config(self.get_hf_config())
+        return s
+
+
+def attach(model, vllm_config, trace_name):
+    """The deployment's settings on a plugin model class being built
+    (model.todre), its refusals raised now, and its trace."""
+    model.todre = _settings.from_hf_config(model.config)
+    check_deployment(vllm_config, model.todre, type(model).__name__)
+    model._todre_trace = Trace(trace_name)
 
 
 def check_deployment(vllm_config, settings, name):

@@ -26,8 +26,7 @@ from vllm.model_executor.models.llava_next import (LlavaNextForConditionalGenera
                                                    LlavaNextProcessingInfo)
 from vllm.multimodal import MULTIMODAL_REGISTRY
 
-from . import _settings
-from ._common import Trace, check_deployment, host_list, image_groups, select_each
+from ._common import SettingsInfo, attach, host_list, image_groups, select_each
 
 
 def _thumbnail(cfg):
@@ -36,14 +35,7 @@ def _thumbnail(cfg):
     return per_tile * per_tile + (0 if cfg.vision_feature_select_strategy == "default" else 1)
 
 
-class TodreLlavaNextProcessingInfo(LlavaNextProcessingInfo):
-    @property
-    def todre_settings(self):
-        s = getattr(self, "_todre_settings", None)
-        if s is None:
-            s = self._todre_settings = _settings.from_hf_config(self.get_hf_config())
-        return s
-
+class TodreLlavaNextProcessingInfo(SettingsInfo, LlavaNextProcessingInfo):
     def get_num_image_tokens(self, *, image_width, image_height):
         n = super().get_num_image_tokens(image_width=image_width, image_height=image_height)
         return self.todre_settings.counts(image_groups(n, _thumbnail(self.get_hf_config()),
@@ -94,9 +86,7 @@ class TodreLlavaNextForConditionalGeneration(LlavaNextForConditionalGeneration):
 
     def __init__(self, *, vllm_config, prefix=""):
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self.todre = _settings.from_hf_config(self.config)
-        check_deployment(vllm_config, self.todre, type(self).__name__)
-        self._todre_trace = Trace("llava_next")
+        attach(self, vllm_config, "llava_next")
 
     def _cls_layer(self):
         """The attention of the encoder layer whose output is the selected

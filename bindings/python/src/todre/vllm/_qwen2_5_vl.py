@@ -39,21 +39,13 @@ from vllm.multimodal.processing import PromptReplacement
 
 import todre
 
-from . import _settings
-from ._common import Trace, check_deployment, host_list, select_each
+from ._common import SettingsInfo, attach, host_list, select_each
 
 TAG_COLS = 5
 _BASE = 128
 
 
-class TodreQwen2_5_VLProcessingInfo(Qwen2_5_VLProcessingInfo):
-    @property
-    def todre_settings(self):
-        s = getattr(self, "_todre_settings", None)
-        if s is None:
-            s = self._todre_settings = _settings.from_hf_config(self.get_hf_config())
-        return s
-
+class TodreQwen2_5_VLProcessingInfo(SettingsInfo, Qwen2_5_VLProcessingInfo):
     def get_num_image_tokens(self, **kwargs):
         n = super().get_num_image_tokens(**kwargs)
         return self.todre_settings.counts([0, n])[1]
@@ -106,15 +98,13 @@ class TodreQwen2_5_VLForConditionalGeneration(Qwen2_5_VLForConditionalGeneration
 
     def __init__(self, *, vllm_config, prefix=""):
         super().__init__(vllm_config=vllm_config, prefix=prefix)
-        self.todre = _settings.from_hf_config(self.config)
-        check_deployment(vllm_config, self.todre, type(self).__name__)
+        attach(self, vllm_config, "qwen2_5_vl")
         if self.todre.enabled and self.is_multimodal_pruning_enabled:
             raise todre.TodreError(
                 todre.Status.UNSUPPORTED,
                 "todre vLLM plugin: Qwen2.5-VL: video_pruning_rate (EVS) together with "
                 "ToDRE image pruning is not supported; unset one of them")
         self._todre_pending = None
-        self._todre_trace = Trace("qwen2_5_vl")
 
     # -- encoding -----------------------------------------------------------
     def embed_multimodal(self, **kwargs):
